@@ -1,0 +1,120 @@
+/**
+ * The service's whole configuration, read once from the environment (CONTRACT.md section 2 plus
+ * the project's own tunables documented in the README). A missing or invalid variable throws a
+ * ConfigError whose message names it; main.ts prints that one line and exits 1.
+ */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+export type PartnerKeysSource =
+  | { kind: 'file'; path: string; pollIntervalMs: number }
+  | { kind: 'secrets-manager'; secretId: string; refreshIntervalMs: number };
+
+export interface Config {
+  port: number;
+  metricsPort: number;
+  host: string;
+  databaseUrl: string;
+  databasePoolSize: number;
+  databaseStatementTimeoutMs: number;
+  redisUrl: string;
+  redisKeyPrefix: string;
+  redisCommandTimeoutMs: number;
+  spendManagementUrl: string;
+  spendManagementToken: string | undefined;
+  spendManagementTimeoutMs: number;
+  breaker: BreakerSettings;
+  partnerKeys: PartnerKeysSource;
+  logLevel: string;
+  drainDelayMs: number;
+  shutdownTimeoutMs: number;
+}
+
+export interface BreakerSettings {
+  errorThresholdPercentage: number;
+  volumeThreshold: number;
+  resetTimeoutMs: number;
+  rollingWindowMs: number;
+}
+
+type Env = Record<string, string | undefined>;
+
+const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+function required(env: Env, name: string): string {
+  const value = env[name]?.trim();
+  if (!value) throw new ConfigError(`${name} is required`);
+  return value;
+}
+
+function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === '') return fallback;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
+  const value = Number(raw);
+  if (value < min || value > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${value}`);
+  return value;
+}
+
+function url(env: Env, name: string, protocols: string[]): string {
+  const value = required(env, name);
+  let parsed: URL;
+  try {
+    parsed = new URL(value);
+  } catch {
+    // The value may hold a password: name the variable, never echo it.
+    throw new ConfigError(`${name} is not a valid URL`);
+  }
+  if (!protocols.includes(parsed.protocol)) {
+    throw new ConfigError(`${name} must use ${protocols.map((p) => p.replace(':', '://')).join(' or ')}`);
+  }
+  return value;
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const keysFile = env.PARTNER_KEYS_FILE?.trim();
+  const keysSecretId = env.PARTNER_KEYS_SECRET_ID?.trim();
+  if (keysFile && keysSecretId) {
+    throw new ConfigError('PARTNER_KEYS_FILE and PARTNER_KEYS_SECRET_ID are both set; set exactly one');
+  }
+  if (!keysFile && !keysSecretId) {
+    throw new ConfigError('PARTNER_KEYS_FILE or PARTNER_KEYS_SECRET_ID is required (exactly one)');
+  }
+  const partnerKeys: PartnerKeysSource = keysFile
+    ? { kind: 'file', path: keysFile, pollIntervalMs: integer(env, 'PARTNER_KEYS_POLL_INTERVAL_MS', 5_000, 100, 10_000) }
+    : {
+        kind: 'secrets-manager',
+        secretId: keysSecretId!,
+        refreshIntervalMs: integer(env, 'PARTNER_KEYS_REFRESH_INTERVAL_MS', 60_000, 1_000, 86_400_000),
+      };
+
+  const logLevel = env.LOG_LEVEL?.trim() || 'info';
+  if (!logLevels.includes(logLevel)) throw new ConfigError(`LOG_LEVEL must be one of ${logLevels.join(', ')}`);
+
+  const token = env.SPEND_MANAGEMENT_TOKEN?.trim();
+  return {
+    port: integer(env, 'PORT', 8080, 0, 65_535),
+    metricsPort: integer(env, 'METRICS_PORT', 9464, 0, 65_535),
+    host: env.HOST?.trim() || '0.0.0.0',
+    databaseUrl: url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
+    databasePoolSize: integer(env, 'DATABASE_POOL_SIZE', 10, 1, 200),
+    databaseStatementTimeoutMs: integer(env, 'DATABASE_STATEMENT_TIMEOUT_MS', 5_000, 100, 600_000),
+    redisUrl: url(env, 'REDIS_URL', ['redis:', 'rediss:']),
+    redisKeyPrefix: env.REDIS_KEY_PREFIX ?? '',
+    redisCommandTimeoutMs: integer(env, 'REDIS_COMMAND_TIMEOUT_MS', 1_000, 10, 60_000),
+    spendManagementUrl: url(env, 'SPEND_MANAGEMENT_URL', ['http:', 'https:']),
+    spendManagementToken: token ? token : undefined,
+    spendManagementTimeoutMs: integer(env, 'SPEND_MANAGEMENT_TIMEOUT_MS', 2_000, 10, 60_000),
+    breaker: {
+      errorThresholdPercentage: integer(env, 'BREAKER_ERROR_THRESHOLD_PERCENT', 50, 1, 100),
+      volumeThreshold: integer(env, 'BREAKER_VOLUME_THRESHOLD', 10, 1, 10_000),
+      resetTimeoutMs: integer(env, 'BREAKER_RESET_TIMEOUT_MS', 10_000, 100, 600_000),
+      rollingWindowMs: integer(env, 'BREAKER_ROLLING_WINDOW_MS', 10_000, 1_000, 600_000),
+    },
+    partnerKeys,
+    logLevel,
+    drainDelayMs: integer(env, 'DRAIN_DELAY_MS', 5_000, 0, 120_000),
+    shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', 20_000, 1_000, 600_000),
+  };
+}

@@ -1,0 +1,43 @@
+// Process entry (npm start): configuration, the service, listening, and the drain on SIGTERM.
+// Telemetry is preloaded with `--import ./dist/telemetry.js` before this module loads.
+import closeWithGrace from 'close-with-grace';
+import { ConfigError, loadConfig, type Config } from './config.js';
+import { createLogger } from './observability/logger.js';
+import { createService } from './service.js';
+import { shutdownTelemetry } from './observability/telemetry-handle.js';
+
+let config: Config;
+try {
+  config = loadConfig();
+} catch (error) {
+  if (!(error instanceof ConfigError)) throw error;
+  console.error(`configuration error: ${error.message}`);
+  process.exit(1);
+}
+
+const logger = createLogger(config.logLevel);
+let service;
+try {
+  service = await createService(config, { logger });
+} catch (error) {
+  logger.fatal({ reason: (error as Error).message, kind: (error as Error).name }, 'service could not start');
+  await shutdownTelemetry();
+  process.exit(1);
+}
+
+await service.app.listen({ port: config.port, host: config.host });
+await service.metricsServer.listen({ port: config.metricsPort, host: config.host });
+logger.info({ port: config.port, metricsPort: config.metricsPort, keys: service.keyStore.size }, 'service started');
+
+const running = service;
+closeWithGrace({ delay: config.drainDelayMs + config.shutdownTimeoutMs, logger }, async ({ signal, err }) => {
+  if (err) logger.error({ reason: err.message, kind: err.name }, 'shutting down after an uncaught error');
+  logger.info({ signal, drainDelayMs: config.drainDelayMs }, 'draining: readiness off, still serving');
+  running.startDraining();
+  // Let the endpoints controller and the ingress stop sending new requests here first.
+  await new Promise((resolve) => setTimeout(resolve, config.drainDelayMs));
+  logger.info('closing: finishing requests in flight');
+  await running.close();
+  logger.info('closed');
+  await shutdownTelemetry();
+});

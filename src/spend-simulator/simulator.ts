@@ -1,0 +1,112 @@
+import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import Fastify from 'fastify';
+
+/**
+ * A stand-in for the spend-management API (CONTRACT.md section 6) for npm run dev, the e2e suite,
+ * the dev cluster and the tests. It pauses what it is asked to, remembers it, and can be switched
+ * to fail, hang or answer slowly through its control routes under /_simulator.
+ */
+export type SimulatorMode = 'ok' | 'fail' | 'hang' | 'slow';
+
+export interface SimulatorRequest {
+  campaignIds: string[];
+  idempotencyKey: string;
+  traceparent: string | undefined;
+  at: string;
+}
+
+const uuid = '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
+const PauseBody = Type.Object(
+  {
+    campaignIds: Type.Array(Type.String({ pattern: uuid }), { minItems: 1, maxItems: 100 }),
+    reason: Type.Literal('agent-disabled'),
+  },
+  { additionalProperties: false },
+);
+const ModeBody = Type.Object(
+  {
+    mode: Type.Union([Type.Literal('ok'), Type.Literal('fail'), Type.Literal('hang'), Type.Literal('slow')]),
+    delayMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 60_000 })),
+    failStatus: Type.Optional(Type.Integer({ minimum: 400, maximum: 599 })),
+  },
+  { additionalProperties: false },
+);
+
+export interface SimulatorOptions {
+  /** When set, every pause must carry `authorization: Bearer <token>`. */
+  token?: string;
+  logger?: boolean;
+  /** Requests kept for read-back (the newest). */
+  keepRequests?: number;
+}
+
+export function createSpendSimulator(options: SimulatorOptions = {}) {
+  const app = Fastify({ logger: options.logger ?? false, forceCloseConnections: true }).withTypeProvider<TypeBoxTypeProvider>();
+  const keep = options.keepRequests ?? 1_000;
+  const paused = new Set<string>();
+  let requests: SimulatorRequest[] = [];
+  let mode: SimulatorMode = 'ok';
+  let delayMs = 1_000;
+  let failStatus = 503;
+
+  app.post('/v1/spending-periods/pause', { schema: { body: PauseBody } }, async (request, reply) => {
+    if (options.token && request.headers.authorization !== `Bearer ${options.token}`) {
+      return reply.code(401).send({ error: 'unauthorized' });
+    }
+    const idempotencyKey = request.headers['idempotency-key'];
+    if (typeof idempotencyKey !== 'string' || idempotencyKey === '') {
+      return reply.code(400).send({ error: 'idempotency-key header is required' });
+    }
+    const traceparent = request.headers.traceparent;
+    requests.push({
+      campaignIds: request.body.campaignIds,
+      idempotencyKey,
+      traceparent: typeof traceparent === 'string' ? traceparent : undefined,
+      at: new Date().toISOString(),
+    });
+    if (requests.length > keep) requests = requests.slice(-keep);
+
+    if (mode === 'fail') return reply.code(failStatus).send({ error: 'simulated failure' });
+    if (mode === 'hang') return new Promise<never>(() => undefined); // ends when the server closes
+    if (mode === 'slow') await new Promise((resolve) => setTimeout(resolve, delayMs));
+    for (const id of request.body.campaignIds) paused.add(id);
+    return { paused: request.body.campaignIds };
+  });
+
+  app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/_simulator/state', async () => ({ mode, delayMs, failStatus, pausedCount: paused.size, requestCount: requests.length }));
+  app.put('/_simulator/mode', { schema: { body: ModeBody } }, async (request) => {
+    mode = request.body.mode;
+    delayMs = request.body.delayMs ?? delayMs;
+    failStatus = request.body.failStatus ?? failStatus;
+    return { mode, delayMs, failStatus };
+  });
+  app.get('/_simulator/paused/:campaignId', async (request) => {
+    const { campaignId } = request.params as { campaignId: string };
+    return { campaignId, paused: paused.has(campaignId) };
+  });
+  app.post('/_simulator/paused/query', { schema: { body: Type.Object({ campaignIds: Type.Array(Type.String(), { maxItems: 10_000 }) }) } }, async (request) => ({
+    paused: request.body.campaignIds.filter((id) => paused.has(id)),
+  }));
+  app.get('/_simulator/requests', async () => ({ requests }));
+  app.post('/_simulator/reset', async () => {
+    paused.clear();
+    requests = [];
+    mode = 'ok';
+    return { mode };
+  });
+
+  return Object.assign(app, {
+    simulator: {
+      isPaused: (id: string) => paused.has(id),
+      requests: () => requests,
+      setMode(next: SimulatorMode, settings: { delayMs?: number; failStatus?: number } = {}) {
+        mode = next;
+        delayMs = settings.delayMs ?? delayMs;
+        failStatus = settings.failStatus ?? failStatus;
+      },
+    },
+  });
+}
+
+export type SpendSimulator = ReturnType<typeof createSpendSimulator>;

@@ -1,0 +1,54 @@
+import CircuitBreaker from 'opossum';
+import type { BreakerSettings } from '../config.js';
+import { breakerStateValue, type Metrics } from '../observability/metrics.js';
+import { DependencyError } from './dependency-error.js';
+
+export type BreakerName = 'spend_management' | 'redis';
+
+/**
+ * One opossum breaker per dependency, created once at start. Its metrics (state gauge, event
+ * counters) live on the app's registry. `timeoutMs` is a backstop above the client's own timeout:
+ * the client cancels its request; the breaker only guarantees that a call never outlives it.
+ * An open breaker rejects at once with a DependencyError (mapped to 500 by the route).
+ */
+export function createBreaker<A extends unknown[], R>(
+  name: BreakerName,
+  action: (...args: A) => Promise<R>,
+  settings: BreakerSettings & { timeoutMs: number; isCallerError?: (error: unknown) => boolean },
+  metrics: Metrics,
+): { fire: (...args: A) => Promise<R>; breaker: CircuitBreaker<A, R> } {
+  const breaker = new CircuitBreaker<A, R>(action, {
+    name,
+    timeout: settings.timeoutMs,
+    errorThresholdPercentage: settings.errorThresholdPercentage,
+    volumeThreshold: settings.volumeThreshold,
+    resetTimeout: settings.resetTimeoutMs,
+    rollingCountTimeout: settings.rollingWindowMs,
+    rollingCountBuckets: 10,
+    // A request the dependency refused as malformed says nothing about its health.
+    errorFilter: settings.isCallerError,
+  });
+
+  metrics.breakerState.set({ breaker: name }, breakerStateValue.closed);
+  breaker.on('open', () => metrics.breakerState.set({ breaker: name }, breakerStateValue.open));
+  breaker.on('halfOpen', () => metrics.breakerState.set({ breaker: name }, breakerStateValue.half_open));
+  breaker.on('close', () => metrics.breakerState.set({ breaker: name }, breakerStateValue.closed));
+  const events = { success: 'success', failure: 'failure', timeout: 'timeout', reject: 'reject', open: 'open', halfOpen: 'half_open', close: 'close' } as const;
+  for (const [event, label] of Object.entries(events)) {
+    breaker.on(event as 'success', () => metrics.breakerEvents.inc({ breaker: name, event: label }));
+  }
+
+  async function fire(...args: A): Promise<R> {
+    try {
+      return await breaker.fire(...args);
+    } catch (error) {
+      if (error instanceof DependencyError) throw error;
+      const code = (error as { code?: string }).code;
+      if (code === 'EOPENBREAKER') throw new DependencyError(name, 'breaker_open', 'circuit open, call not attempted');
+      if (code === 'ETIMEDOUT') throw new DependencyError(name, 'timeout', `no answer within ${settings.timeoutMs} ms`);
+      throw new DependencyError(name, 'unavailable', code ?? (error as Error).message);
+    }
+  }
+
+  return { fire, breaker };
+}

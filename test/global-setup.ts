@@ -1,0 +1,52 @@
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import type { TestProject } from 'vitest/node';
+import { migrate } from '../src/db/migrate.js';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    databaseUrl: string;
+    redisUrl: string;
+    redisKeyPrefix: string;
+  }
+}
+
+// The machine's real PostgreSQL and Redis (see README); overridable for other set-ups.
+const adminUrl = process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+const redisUrl = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/** One database and one Redis key prefix per test run, so concurrent runs never collide. */
+export default async function setup(project: TestProject) {
+  const runId = `${Date.now().toString(36)}_${randomBytes(3).toString('hex')}`;
+  const database = `pas_test_${runId}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${database}`);
+  await admin.end();
+
+  const url = new URL(adminUrl);
+  url.pathname = `/${database}`;
+  const databaseUrl = url.toString();
+  await migrate(databaseUrl);
+
+  const redisKeyPrefix = `pas-test:${runId}:`;
+  project.provide('databaseUrl', databaseUrl);
+  project.provide('redisUrl', redisUrl);
+  project.provide('redisKeyPrefix', redisKeyPrefix);
+
+  return async () => {
+    const cleanup = new pg.Client({ connectionString: adminUrl });
+    await cleanup.connect();
+    await cleanup.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+    await cleanup.end();
+    const redis = new Redis(redisUrl);
+    let cursor = '0';
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `${redisKeyPrefix}*`, 'COUNT', 1000);
+      if (keys.length) await redis.del(...keys);
+      cursor = next;
+    } while (cursor !== '0');
+    await redis.quit();
+  };
+}

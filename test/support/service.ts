@@ -1,0 +1,104 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { Redis } from 'ioredis';
+import { inject } from 'vitest';
+import { loadConfig } from '../../src/config.js';
+import { createLogger } from '../../src/observability/logger.js';
+import { createService, type ServiceOptions } from '../../src/service.js';
+import { createSpendSimulator, type SpendSimulator } from '../../src/spend-simulator/simulator.js';
+
+export interface PartnerKeyRecord {
+  key: string;
+  networkId: string;
+  name: string;
+}
+
+export function keysDocument(partners: PartnerKeyRecord[]): string {
+  return JSON.stringify({
+    'partner-keys': Object.fromEntries(partners.map((p) => [p.key, { networkId: p.networkId, name: p.name }])),
+  });
+}
+
+/** Captures every log line the service writes, as text and parsed. */
+export function logCapture() {
+  const lines: string[] = [];
+  const stream = new Writable({
+    write(chunk, _encoding, callback) {
+      lines.push(...chunk.toString().split('\n').filter(Boolean));
+      callback();
+    },
+  });
+  return { stream, lines, records: () => lines.map((line) => JSON.parse(line) as Record<string, unknown>) };
+}
+
+export interface TestServiceOptions {
+  partners: PartnerKeyRecord[];
+  env?: Record<string, string>;
+  simulator?: SpendSimulator;
+  redisUrl?: string;
+  serviceOptions?: Partial<ServiceOptions>;
+}
+
+/**
+ * The real service (createService, as main.ts builds it) against the run's PostgreSQL, Redis and
+ * an in-process spend-management simulator on a free port. Keys live in a kubelet-style directory.
+ */
+export async function startTestService(options: TestServiceOptions) {
+  const simulator = options.simulator ?? createSpendSimulator();
+  const ownSimulator = !options.simulator;
+  if (ownSimulator) await simulator.listen({ port: 0, host: '127.0.0.1' });
+  const simulatorUrl = `http://127.0.0.1:${(simulator.server.address() as { port: number }).port}`;
+
+  const keysDir = mkdtempSync(join(tmpdir(), 'pas-keys-'));
+  const keysFile = join(keysDir, 'partner-keys.json');
+  writeFileSync(keysFile, keysDocument(options.partners));
+
+  const logs = logCapture();
+  const config = loadConfig({
+    DATABASE_URL: inject('databaseUrl'),
+    REDIS_URL: options.redisUrl ?? inject('redisUrl'),
+    REDIS_KEY_PREFIX: inject('redisKeyPrefix'),
+    SPEND_MANAGEMENT_URL: simulatorUrl,
+    PARTNER_KEYS_FILE: keysFile,
+    DATABASE_POOL_SIZE: '5',
+    SPEND_MANAGEMENT_TIMEOUT_MS: '300',
+    REDIS_COMMAND_TIMEOUT_MS: '300',
+    ...options.env,
+  });
+  const service = await createService(config, {
+    logger: createLogger('debug', logs.stream),
+    ...options.serviceOptions,
+  });
+  await service.app.ready();
+
+  const redis = new Redis(inject('redisUrl'), { keyPrefix: inject('redisKeyPrefix') });
+
+  return {
+    service,
+    app: service.app,
+    config,
+    simulator,
+    simulatorUrl,
+    keysDir,
+    keysFile,
+    logs,
+    redis,
+    /** Whether the campaign hash in Redis says paused. */
+    async pausedInRedis(campaignIds: string[]): Promise<boolean[]> {
+      const pipeline = redis.pipeline();
+      for (const id of campaignIds) pipeline.hget(`campaign:${id}`, 'paused');
+      const results = (await pipeline.exec()) ?? [];
+      return results.map(([, value]) => value === '1');
+    },
+    async close() {
+      await service.close();
+      await redis.quit();
+      if (ownSimulator) await simulator.close();
+      rmSync(keysDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export type TestService = Awaited<ReturnType<typeof startTestService>>;
