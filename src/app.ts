@@ -9,6 +9,7 @@ import { errorHandler, problem, sendProblem } from './errors.js';
 import type { Metrics } from './observability/metrics.js';
 import { agentStatusRoute } from './routes/agent-status.js';
 import { healthRoutes } from './routes/health.js';
+import { registerOpenApi } from './routes/openapi.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -100,6 +101,7 @@ export async function buildApp(deps: AppDeps) {
     sendProblem(reply, problem('notFound', `No route for ${request.method} ${request.url.split('?')[0]}.`, request.id)),
   );
 
+  await registerOpenApi(app);
   await app.register(healthRoutes, {
     isReady: async () => deps.keyStore.loaded && (await deps.isReady()),
   });
