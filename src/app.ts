@@ -75,6 +75,17 @@ export async function buildApp(deps: AppDeps) {
     reply.header('cache-control', 'no-store');
   });
 
+  // While closing, every response ends its connection: Fastify closes idle keep-alive connections
+  // once, when close() starts, and a connection still busy then would otherwise stay open until its
+  // keep-alive timeout and hold the shutdown.
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onSend', async (_request, reply) => {
+    if (closing) reply.header('connection', 'close');
+  });
+
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched';
     const statusCode = reply.statusCode;
@@ -83,7 +94,7 @@ export async function buildApp(deps: AppDeps) {
       reply.elapsedTime / 1000,
     );
     const probe = route === '/livez' || route === '/readyz';
-    const level = statusCode >= 500 ? 'error' : probe ? 'debug' : 'info';
+    const level = probe ? 'debug' : statusCode >= 500 ? 'error' : 'info';
     request.log[level](
       {
         method: request.method,

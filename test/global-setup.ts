@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import pg from 'pg';
@@ -18,6 +19,9 @@ const redisUrl = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 /** One database and one Redis key prefix per test run, so concurrent runs never collide. */
 export default async function setup(project: TestProject) {
+  // The process-level tests (tracing, drain) run the built service exactly as `npm start` does.
+  execFileSync('npm', ['run', '--silent', 'build'], { stdio: 'inherit' });
+
   const runId = `${Date.now().toString(36)}_${randomBytes(3).toString('hex')}`;
   const database = `pas_test_${runId}`;
   const admin = new pg.Client({ connectionString: adminUrl });

@@ -1,3 +1,4 @@
+import { trace } from '@opentelemetry/api';
 import type { onRequestAsyncHookHandler } from 'fastify';
 import { Unauthorized } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -22,5 +23,6 @@ export function createApiKeyHook(keyStore: PartnerKeyStore, metrics: Metrics): o
     }
     request.partner = partner;
     request.audit.partner = partner.name;
+    trace.getActiveSpan()?.setAttributes({ 'partner.name': partner.name, 'network.id': partner.networkId });
   };
 }

@@ -1,0 +1,139 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { inject } from 'vitest';
+import { createSpendSimulator } from '../../src/spend-simulator/simulator.js';
+import { newApiKey, testDatabase } from '../support/data.js';
+import { startOtlpReceiver } from '../support/otlp-receiver.js';
+import { startServiceProcess } from '../support/process.js';
+import { keysDocument } from '../support/service.js';
+
+// The built service started as `npm start` starts it: telemetry preloaded, configured by env.
+const db = testDatabase();
+const simulator = createSpendSimulator();
+const key = newApiKey();
+let networkId: string;
+let keysDir: string;
+let baseEnv: Record<string, string>;
+
+beforeAll(async () => {
+  await simulator.listen({ port: 0, host: '127.0.0.1' });
+  networkId = await db.network();
+  keysDir = mkdtempSync(join(tmpdir(), 'pas-proc-keys-'));
+  writeFileSync(join(keysDir, 'partner-keys.json'), keysDocument([{ key, networkId, name: 'traced-partner' }]));
+  baseEnv = {
+    DATABASE_URL: inject('databaseUrl'),
+    REDIS_URL: inject('redisUrl'),
+    REDIS_KEY_PREFIX: inject('redisKeyPrefix'),
+    SPEND_MANAGEMENT_URL: `http://127.0.0.1:${(simulator.server.address() as { port: number }).port}`,
+    PARTNER_KEYS_FILE: join(keysDir, 'partner-keys.json'),
+    LOG_LEVEL: 'info',
+  };
+});
+
+afterAll(async () => {
+  await simulator.close();
+  await db.close();
+  rmSync(keysDir, { recursive: true, force: true });
+});
+
+function disable(baseUrl: string, agentId: string) {
+  return fetch(`${baseUrl}/partner/agents/status`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': key },
+    body: JSON.stringify({ agentId, enabled: false }),
+  });
+}
+
+describe('traces: one disable is one trace, with PostgreSQL, Redis and spend-management spans', () => {
+  it('exports the server span, the use case, pg, ioredis and the spend call in one trace, propagated to spend management', async () => {
+    const receiver = await startOtlpReceiver();
+    const service = await startServiceProcess({
+      ...baseEnv,
+      DRAIN_DELAY_MS: '0',
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+      OTEL_BSP_SCHEDULE_DELAY: '50',
+    });
+    try {
+      const agentId = await db.agent(networkId);
+      await db.campaigns(agentId, 3);
+      const before = simulator.simulator.requests().length;
+      const response = await disable(service.baseUrl, agentId);
+      expect(response.status).toBe(200);
+
+      const server = () => receiver.spans.find((s) => s.kind === 2 && s.attributes['http.route'] === '/partner/agents/status');
+      await receiver.waitFor((spans) => {
+        const root = server();
+        return !!root && spans.some((s) => s.traceId === root.traceId && s.scope.includes('ioredis')) && spans.some((s) => s.traceId === root.traceId && s.scope.includes('pg'));
+      });
+      const root = server()!;
+      const trace = receiver.spans.filter((s) => s.traceId === root.traceId);
+      const scopes = new Set(trace.map((s) => s.scope));
+      expect([...scopes]).toEqual(expect.arrayContaining([
+        '@opentelemetry/instrumentation-http',
+        '@opentelemetry/instrumentation-pg',
+        '@opentelemetry/instrumentation-ioredis',
+        '@fastify/otel',
+        'partner-agent-status',
+      ]));
+      const useCase = trace.find((s) => s.name === 'agent.set_status')!;
+      expect(useCase.attributes).toMatchObject({ 'agent.id': agentId, 'network.id': networkId, 'agent.enabled': false, 'campaigns.paused_count': 3 });
+      expect(trace.some((s) => s.attributes['partner.name'] === 'traced-partner')).toBe(true);
+      const spendCall = trace.find((s) => s.kind === 3 && String(s.attributes['url.full'] ?? '').includes('/v1/spending-periods/pause'));
+      expect(spendCall).toBeDefined();
+
+      const call = simulator.simulator.requests().slice(before)[0]!;
+      expect(call.traceparent).toMatch(new RegExp(`^00-${root.traceId}-[0-9a-f]{16}-0[01]$`));
+
+      // The request's log line carries the same trace id; no span holds the key.
+      const line = service.output.map((l) => JSON.parse(l)).find((l) => l.msg === 'request completed' && l.agentId === agentId);
+      expect(line.traceId).toBe(root.traceId);
+      expect(JSON.stringify(receiver.spans)).not.toContain(key);
+    } finally {
+      expect(await service.stop()).toBe(0);
+      await receiver.close();
+    }
+  });
+});
+
+describe('graceful drain: SIGTERM during a slow disable', () => {
+  it('turns readiness off, finishes the request with 200 and exits 0', async () => {
+    const service = await startServiceProcess({ ...baseEnv, DRAIN_DELAY_MS: '500', OTEL_SDK_DISABLED: 'true' });
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 5);
+    simulator.simulator.setMode('slow', { delayMs: 1_500 });
+    try {
+      const before = simulator.simulator.requests().length;
+      const pending = disable(service.baseUrl, agentId);
+      while (simulator.simulator.requests().length === before) await new Promise((r) => setTimeout(r, 20));
+
+      service.child.kill('SIGTERM');
+      await new Promise((r) => setTimeout(r, 200));
+      expect((await fetch(`${service.baseUrl}/readyz`)).status).toBe(503);
+
+      const response = await pending;
+      expect(response.status).toBe(200);
+      expect((await response.json()).pausedCampaignCount).toBe(5);
+      expect(await service.exited).toBe(0);
+      expect(await db.pausedIds(agentId)).toEqual(new Set(ids));
+    } finally {
+      simulator.simulator.setMode('ok');
+      await service.stop();
+    }
+  });
+});
+
+describe('configuration: a missing or invalid variable stops the start with one line naming it', () => {
+  it('exits 1 naming DATABASE_URL', async () => {
+    const { DATABASE_URL: _omitted, ...env } = baseEnv;
+    await expect(startServiceProcess({ ...env, OTEL_SDK_DISABLED: 'true' })).rejects.toThrow(/exited with 1[\s\S]*DATABASE_URL is required/);
+  });
+
+  it('exits 1 when no valid key set can be loaded', async () => {
+    const bad = join(keysDir, 'bad.json');
+    writeFileSync(bad, '{"partner-keys": {}}');
+    await expect(startServiceProcess({ ...baseEnv, PARTNER_KEYS_FILE: bad, OTEL_SDK_DISABLED: 'true' })).rejects.toThrow(/exited with 1[\s\S]*holds no key/);
+  });
+});

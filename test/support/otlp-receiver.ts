@@ -1,0 +1,64 @@
+import { createServer } from 'node:http';
+import { once } from 'node:events';
+
+export interface ReceivedSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId: string | undefined;
+  name: string;
+  kind: number;
+  attributes: Record<string, unknown>;
+  scope: string;
+}
+
+type AnyValue = { stringValue?: string; intValue?: string | number; boolValue?: boolean; doubleValue?: number };
+
+/** A minimal OTLP/HTTP trace receiver (JSON encoding), so a test sees exactly what the SDK exports. */
+export async function startOtlpReceiver() {
+  const spans: ReceivedSpan[] = [];
+  const server = createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk) => chunks.push(chunk));
+    request.on('end', () => {
+      if (request.url === '/v1/traces') {
+        const body = JSON.parse(Buffer.concat(chunks).toString() || '{}');
+        for (const resourceSpans of body.resourceSpans ?? []) {
+          for (const scopeSpans of resourceSpans.scopeSpans ?? []) {
+            for (const span of scopeSpans.spans ?? []) {
+              spans.push({
+                traceId: span.traceId,
+                spanId: span.spanId,
+                parentSpanId: span.parentSpanId || undefined,
+                name: span.name,
+                kind: span.kind,
+                scope: scopeSpans.scope?.name ?? '',
+                attributes: Object.fromEntries(
+                  (span.attributes ?? []).map((a: { key: string; value: AnyValue }) => [
+                    a.key,
+                    a.value.stringValue ?? a.value.intValue ?? a.value.boolValue ?? a.value.doubleValue,
+                  ]),
+                ),
+              });
+            }
+          }
+        }
+      }
+      response.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as { port: number };
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    spans,
+    async waitFor(predicate: (spans: ReceivedSpan[]) => boolean, timeoutMs = 15_000): Promise<void> {
+      const deadline = Date.now() + timeoutMs;
+      while (!predicate(spans)) {
+        if (Date.now() > deadline) throw new Error(`spans not received in time; got: ${spans.map((s) => s.name).join(', ')}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    },
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}

@@ -1,0 +1,58 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as { port: number };
+  server.close();
+  return port;
+}
+
+/**
+ * The built service as production starts it (`npm start`: node --import ./dist/telemetry.js
+ * dist/main.js), configured only by environment. test/global-setup.ts builds dist/ first.
+ */
+export async function startServiceProcess(env: Record<string, string>) {
+  const port = await freePort();
+  const metricsPort = await freePort();
+  const output: string[] = [];
+  const child: ChildProcess = spawn(process.execPath, ['--import', './dist/telemetry.js', 'dist/main.js'], {
+    cwd: root,
+    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: String(port), METRICS_PORT: String(metricsPort), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stdout!.on('data', (chunk) => output.push(...chunk.toString().split('\n').filter(Boolean)));
+  child.stderr!.on('data', (chunk) => output.push(...chunk.toString().split('\n').filter(Boolean)));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+
+  const baseUrl = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const code = await Promise.race([exited, new Promise<'running'>((r) => setTimeout(() => r('running'), 100))]);
+    if (code !== 'running') throw new Error(`service exited with ${code} before listening:\n${output.join('\n')}`);
+    const ready = await fetch(`${baseUrl}/readyz`).then((r) => r.ok, () => false);
+    if (ready) break;
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`service did not become ready:\n${output.join('\n')}`);
+    }
+  }
+
+  return {
+    baseUrl,
+    metricsUrl: `http://127.0.0.1:${metricsPort}`,
+    output,
+    exited,
+    child,
+    async stop(): Promise<number | null> {
+      if (child.exitCode === null) child.kill('SIGTERM');
+      return exited;
+    },
+  };
+}
