@@ -20,7 +20,7 @@ const redisUrl = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 /** One database and one Redis key prefix per test run, so concurrent runs never collide. */
 export default async function setup(project: TestProject) {
   // The process-level tests (tracing, drain) run the built service exactly as `npm start` does.
-  execFileSync('npm', ['run', '--silent', 'build'], { stdio: 'inherit' });
+  if (process.env.TEST_SKIP_BUILD !== '1') execFileSync('npm', ['run', '--silent', 'build'], { stdio: 'inherit' });
 
   const runId = `${Date.now().toString(36)}_${randomBytes(3).toString('hex')}`;
   const database = `pas_test_${runId}`;

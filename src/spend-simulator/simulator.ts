@@ -28,6 +28,8 @@ const ModeBody = Type.Object(
     mode: Type.Union([Type.Literal('ok'), Type.Literal('fail'), Type.Literal('hang'), Type.Literal('slow')]),
     delayMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 60_000 })),
     failStatus: Type.Optional(Type.Integer({ minimum: 400, maximum: 599 })),
+    /** With mode "fail": answer this many more pauses normally first. */
+    failAfter: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
   },
   { additionalProperties: false },
 );
@@ -48,6 +50,7 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
   let mode: SimulatorMode = 'ok';
   let delayMs = 1_000;
   let failStatus = 503;
+  let failAfter = 0;
 
   app.post('/v1/spending-periods/pause', { schema: { body: PauseBody } }, async (request, reply) => {
     if (options.token && request.headers.authorization !== `Bearer ${options.token}`) {
@@ -66,7 +69,8 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     });
     if (requests.length > keep) requests = requests.slice(-keep);
 
-    if (mode === 'fail') return reply.code(failStatus).send({ error: 'simulated failure' });
+    if (mode === 'fail' && failAfter > 0) failAfter -= 1;
+    else if (mode === 'fail') return reply.code(failStatus).send({ error: 'simulated failure' });
     if (mode === 'hang') return new Promise<never>(() => undefined); // ends when the server closes
     if (mode === 'slow') await new Promise((resolve) => setTimeout(resolve, delayMs));
     for (const id of request.body.campaignIds) paused.add(id);
@@ -74,12 +78,13 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
   });
 
   app.get('/healthz', async () => ({ status: 'ok' }));
-  app.get('/_simulator/state', async () => ({ mode, delayMs, failStatus, pausedCount: paused.size, requestCount: requests.length }));
+  app.get('/_simulator/state', async () => ({ mode, delayMs, failStatus, failAfter, pausedCount: paused.size, requestCount: requests.length }));
   app.put('/_simulator/mode', { schema: { body: ModeBody } }, async (request) => {
     mode = request.body.mode;
     delayMs = request.body.delayMs ?? delayMs;
     failStatus = request.body.failStatus ?? failStatus;
-    return { mode, delayMs, failStatus };
+    failAfter = request.body.failAfter ?? 0;
+    return { mode, delayMs, failStatus, failAfter };
   });
   app.get('/_simulator/paused/:campaignId', async (request) => {
     const { campaignId } = request.params as { campaignId: string };
@@ -100,10 +105,11 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     simulator: {
       isPaused: (id: string) => paused.has(id),
       requests: () => requests,
-      setMode(next: SimulatorMode, settings: { delayMs?: number; failStatus?: number } = {}) {
+      setMode(next: SimulatorMode, settings: { delayMs?: number; failStatus?: number; failAfter?: number } = {}) {
         mode = next;
         delayMs = settings.delayMs ?? delayMs;
         failStatus = settings.failStatus ?? failStatus;
+        failAfter = settings.failAfter ?? 0;
       },
     },
   });

@@ -1,0 +1,203 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { inject } from 'vitest';
+import { newApiKey, testDatabase } from '../support/data.js';
+import { startTestService, type TestService } from '../support/service.js';
+import { startTcpProxy } from '../support/tcp-proxy.js';
+
+const db = testDatabase();
+const key = newApiKey();
+let networkId: string;
+let svc: TestService;
+let proxy: Awaited<ReturnType<typeof startTcpProxy>>;
+
+beforeAll(async () => {
+  networkId = await db.network();
+  const redis = new URL(inject('redisUrl'));
+  proxy = await startTcpProxy({ host: redis.hostname, port: Number(redis.port || 6379) });
+  svc = await startTestService({
+    partners: [{ key, networkId, name: 'faulty' }],
+    redisUrl: proxy.url,
+    // A small window so the breaker opens within a test; a short reset so it recovers within one.
+    env: { BREAKER_VOLUME_THRESHOLD: '3', BREAKER_RESET_TIMEOUT_MS: '400', BREAKER_ROLLING_WINDOW_MS: '5000' },
+  });
+});
+
+afterAll(async () => {
+  await svc?.close();
+  await proxy?.close();
+  await db.close();
+});
+
+const disable = (agentId: string) =>
+  svc.app.inject({
+    method: 'POST', url: '/partner/agents/status',
+    headers: { 'x-api-key': key, 'content-type': 'application/json' },
+    payload: { agentId, enabled: false },
+  });
+
+/** CONTRACT.md section 7: paused in the database implies paused in spend management and Redis. */
+async function expectPausedInDatabaseImpliesEverywhere(agentId: string) {
+  const inDatabase = [...(await db.pausedIds(agentId))];
+  expect(inDatabase.every((id) => svc.simulator.simulator.isPaused(id))).toBe(true);
+  expect((await svc.pausedInRedis(inDatabase)).every(Boolean)).toBe(true);
+}
+
+async function resetBreakers() {
+  svc.service.breakers.spendManagement.close();
+  svc.service.breakers.redis.close();
+}
+
+describe('spend management failing', () => {
+  it('answers 500, keeps the agent disabled, pauses nothing in the database; a retry completes', async () => {
+    await resetBreakers();
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 150);
+    svc.simulator.simulator.setMode('fail');
+
+    const failed = await disable(agentId);
+    expect(failed.statusCode).toBe(500);
+    expect(failed.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(failed.json()).toMatchObject({ status: 500, title: 'Campaigns could not be paused' });
+    expect(await db.agentApproved(agentId)).toBe(false);
+    expect((await db.pausedIds(agentId)).size).toBe(0);
+    expect(await svc.pausedInRedis(ids.slice(0, 5))).toEqual([false, false, false, false, false]);
+
+    svc.simulator.simulator.setMode('ok');
+    const retried = await disable(agentId);
+    expect(retried.statusCode).toBe(200);
+    expect(retried.json().pausedCampaignCount).toBe(150);
+    await expectPausedInDatabaseImpliesEverywhere(agentId);
+  });
+
+  it('stops after a batch fails midway: the batches before it are paused everywhere, the retry counts the rest', async () => {
+    await resetBreakers();
+    const agentId = await db.agent(networkId);
+    await db.campaigns(agentId, 250);
+    svc.simulator.simulator.setMode('fail', { failAfter: 1, failStatus: 502 });
+
+    expect((await disable(agentId)).statusCode).toBe(500);
+    expect((await db.pausedIds(agentId)).size).toBe(100);
+    await expectPausedInDatabaseImpliesEverywhere(agentId);
+
+    svc.simulator.simulator.setMode('ok');
+    const retried = await disable(agentId);
+    expect(retried.json().pausedCampaignCount).toBe(150);
+    expect((await db.pausedIds(agentId)).size).toBe(250);
+    await expectPausedInDatabaseImpliesEverywhere(agentId);
+  });
+
+  it('answers 500 when spend management hangs, within the configured timeout', async () => {
+    await resetBreakers();
+    const agentId = await db.agent(networkId);
+    await db.campaigns(agentId, 3);
+    svc.simulator.simulator.setMode('hang');
+    const started = Date.now();
+    const failed = await disable(agentId);
+    // Two attempts of SPEND_MANAGEMENT_TIMEOUT_MS (300 ms) each, plus a little.
+    expect(failed.statusCode).toBe(500);
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect((await db.pausedIds(agentId)).size).toBe(0);
+
+    svc.simulator.simulator.setMode('ok');
+    expect((await disable(agentId)).json().pausedCampaignCount).toBe(3);
+    await expectPausedInDatabaseImpliesEverywhere(agentId);
+  });
+});
+
+describe('Redis unreachable', () => {
+  it('answers 500 without marking anything paused in the database, and recovers by itself', async () => {
+    await resetBreakers();
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 20);
+    proxy.cut();
+    try {
+      const failed = await disable(agentId);
+      expect(failed.statusCode).toBe(500);
+      expect(await db.agentApproved(agentId)).toBe(false);
+      expect((await db.pausedIds(agentId)).size).toBe(0);
+    } finally {
+      proxy.restore();
+    }
+    // ioredis reconnects in the background; the retry goes through once it has.
+    let retried;
+    for (let attempt = 0; attempt < 50; attempt++) {
+      retried = await disable(agentId);
+      if (retried.statusCode === 200) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(retried!.statusCode).toBe(200);
+    expect(retried!.json().pausedCampaignCount).toBe(20);
+    expect((await svc.pausedInRedis(ids)).every(Boolean)).toBe(true);
+    await expectPausedInDatabaseImpliesEverywhere(agentId);
+  });
+});
+
+describe('the spend-management breaker', () => {
+  it('opens after repeated failures, rejects without calling, then half-opens and closes on success', async () => {
+    // A fresh instance: the breaker's rolling window must hold only this test's calls.
+    const own = await startTestService({
+      partners: [{ key, networkId, name: 'faulty' }],
+      env: { BREAKER_VOLUME_THRESHOLD: '3', BREAKER_RESET_TIMEOUT_MS: '400', BREAKER_ROLLING_WINDOW_MS: '5000' },
+    });
+    const fire = (agentId: string) => own.app.inject({
+      method: 'POST', url: '/partner/agents/status',
+      headers: { 'x-api-key': key, 'content-type': 'application/json' },
+      payload: { agentId, enabled: false },
+    });
+    try {
+      const agentId = await db.agent(networkId);
+      await db.campaigns(agentId, 2);
+      own.simulator.simulator.setMode('fail');
+      for (let i = 0; i < 3; i++) expect((await fire(agentId)).statusCode).toBe(500);
+      expect(own.service.breakers.spendManagement.opened).toBe(true);
+
+      const callsWhileOpen = own.simulator.simulator.requests().length;
+      const rejected = await fire(agentId);
+      expect(rejected.statusCode).toBe(500);
+      expect(own.simulator.simulator.requests().length).toBe(callsWhileOpen);
+      const state = await own.service.metrics.registry.getSingleMetricAsString('circuit_breaker_state');
+      expect(state).toMatch(/circuit_breaker_state\{breaker="spend_management"\} 2/);
+      expect(own.logs.records().find((r) => r.requestId === rejected.headers['x-request-id'] && r.msg === 'dependency failure'))
+        .toMatchObject({ reason: 'breaker_open' });
+
+      own.simulator.simulator.setMode('ok');
+      await new Promise((r) => setTimeout(r, 450));
+      const recovered = await fire(agentId);
+      expect(recovered.statusCode).toBe(200);
+      expect(recovered.json().pausedCampaignCount).toBe(2);
+      expect(own.service.breakers.spendManagement.closed).toBe(true);
+      expect(await own.service.metrics.registry.getSingleMetricAsString('circuit_breaker_state'))
+        .toMatch(/circuit_breaker_state\{breaker="spend_management"\} 0/);
+    } finally {
+      await own.close();
+    }
+  });
+});
+
+describe('concurrent disables of one agent', () => {
+  it('count each campaign exactly once across 20 requests on two instances', async () => {
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 300);
+    const first = await startTestService({ partners: [{ key, networkId, name: 'concurrent' }] });
+    const second = await startTestService({ partners: [{ key, networkId, name: 'concurrent' }], simulator: first.simulator });
+    try {
+      const requests = Array.from({ length: 20 }, (_, i) =>
+        (i % 2 ? second.app : first.app).inject({
+          method: 'POST', url: '/partner/agents/status',
+          headers: { 'x-api-key': key, 'content-type': 'application/json' },
+          payload: { agentId, enabled: false },
+        }),
+      );
+      const responses = await Promise.all(requests);
+      expect(responses.map((r) => r.statusCode)).toEqual(Array(20).fill(200));
+      const total = responses.reduce((sum, r) => sum + r.json().pausedCampaignCount, 0);
+      expect(total).toBe(300);
+      expect((await db.pausedIds(agentId)).size).toBe(ids.length);
+      expect(ids.every((id) => first.simulator.simulator.isPaused(id))).toBe(true);
+      expect((await first.pausedInRedis(ids)).every(Boolean)).toBe(true);
+    } finally {
+      await second.close();
+      await first.close();
+    }
+  });
+});
