@@ -1,0 +1,58 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../src/config.js';
+
+const minimal = {
+  DATABASE_URL: 'postgres://u:secret@db:5432/app',
+  REDIS_URL: 'redis://cache:6379',
+  SPEND_MANAGEMENT_URL: 'http://spend:8080',
+  PARTNER_KEYS_FILE: '/etc/partner-keys/partner-keys.json',
+};
+
+describe('configuration from the environment', () => {
+  it('applies the documented defaults', () => {
+    const config = loadConfig(minimal);
+    expect(config).toMatchObject({
+      port: 8080, metricsPort: 9464, redisKeyPrefix: '', spendManagementToken: undefined, logLevel: 'info',
+      databasePoolSize: 10, spendManagementTimeoutMs: 2000, redisCommandTimeoutMs: 1000,
+      breaker: { errorThresholdPercentage: 50, volumeThreshold: 10, resetTimeoutMs: 10000, rollingWindowMs: 10000 },
+      partnerKeys: { kind: 'file', path: '/etc/partner-keys/partner-keys.json', pollIntervalMs: 5000 },
+      drainDelayMs: 5000, shutdownTimeoutMs: 20000,
+    });
+  });
+
+  for (const name of ['DATABASE_URL', 'REDIS_URL', 'SPEND_MANAGEMENT_URL']) {
+    it(`names ${name} when it is missing`, () => {
+      const env: Record<string, string> = { ...minimal };
+      delete env[name];
+      expect(() => loadConfig(env)).toThrow(new ConfigError(`${name} is required`));
+    });
+  }
+
+  it('refuses a URL of the wrong kind without echoing its value', () => {
+    expect(() => loadConfig({ ...minimal, DATABASE_URL: 'mysql://u:secret@db/app' })).toThrow(/DATABASE_URL must use postgres:\/\/ or postgresql:\/\//);
+    try {
+      loadConfig({ ...minimal, DATABASE_URL: 'not a url with secret' });
+    } catch (error) {
+      expect((error as Error).message).toBe('DATABASE_URL is not a valid URL');
+    }
+  });
+
+  it('wants exactly one partner-key source', () => {
+    const { PARTNER_KEYS_FILE: _file, ...none } = minimal;
+    expect(() => loadConfig(none)).toThrow(/PARTNER_KEYS_FILE or PARTNER_KEYS_SECRET_ID is required/);
+    expect(() => loadConfig({ ...minimal, PARTNER_KEYS_SECRET_ID: 'partner-keys' })).toThrow(/both set/);
+    expect(loadConfig({ ...none, PARTNER_KEYS_SECRET_ID: 'arn:aws:secretsmanager:us-east-1:1:secret:pk' }).partnerKeys)
+      .toEqual({ kind: 'secrets-manager', secretId: 'arn:aws:secretsmanager:us-east-1:1:secret:pk', refreshIntervalMs: 60000 });
+  });
+
+  it('rejects numbers that are not whole or out of range, naming the variable', () => {
+    expect(() => loadConfig({ ...minimal, PORT: '80a' })).toThrow(/PORT must be a whole number/);
+    expect(() => loadConfig({ ...minimal, METRICS_PORT: '70000' })).toThrow(/METRICS_PORT must be between 0 and 65535/);
+    expect(() => loadConfig({ ...minimal, DATABASE_POOL_SIZE: '0' })).toThrow(/DATABASE_POOL_SIZE/);
+    expect(() => loadConfig({ ...minimal, PARTNER_KEYS_POLL_INTERVAL_MS: '60000' })).toThrow(/PARTNER_KEYS_POLL_INTERVAL_MS must be between 100 and 10000/);
+  });
+
+  it('rejects an unknown log level', () => {
+    expect(() => loadConfig({ ...minimal, LOG_LEVEL: 'loud' })).toThrow(/LOG_LEVEL must be one of/);
+  });
+});

@@ -1,0 +1,65 @@
+import { describe, expect, it } from 'vitest';
+import { secretsManagerKeySource } from '../../src/auth/key-sources.js';
+import { PartnerKeyStore } from '../../src/auth/partner-keys.js';
+import { createLogger } from '../../src/observability/logger.js';
+import { createMetrics } from '../../src/observability/metrics.js';
+import { newApiKey } from '../support/data.js';
+import { keysDocument, logCapture } from '../support/service.js';
+
+const networkId = '6f9619ff-8b86-4d01-b42d-00cf4fc964ff';
+
+// The Secrets Manager source's logic, with the one SDK call replaced by a function returning the
+// secret string (there is no AWS here; the SDK call itself is a single GetSecretValue in service.ts).
+function source(responses: Array<string | Error>) {
+  const store = new PartnerKeyStore();
+  const metrics = createMetrics({ collectDefaults: false });
+  const logs = logCapture();
+  let call = 0;
+  const keySource = secretsManagerKeySource({
+    store, metrics, log: createLogger('info', logs.stream), refreshIntervalMs: 60_000,
+    fetchSecret: async () => {
+      const next = responses[Math.min(call++, responses.length - 1)]!;
+      if (next instanceof Error) throw next;
+      return next;
+    },
+  });
+  return { store, metrics, logs, keySource };
+}
+
+describe('partner keys from AWS Secrets Manager', () => {
+  it('refuses to start without a valid set', async () => {
+    await expect(source(['{"partner-keys": {}}']).keySource.start()).rejects.toThrow(/holds no key/);
+    await expect(source([Object.assign(new Error('denied'), { name: 'AccessDeniedException' })]).keySource.start())
+      .rejects.toThrow(/could not be read from secrets_manager: AccessDeniedException/);
+  });
+
+  it('loads at start, applies a good refresh, and keeps the last good set through bad ones', async () => {
+    const first = newApiKey();
+    const second = newApiKey();
+    const { store, metrics, logs, keySource } = source([
+      keysDocument([{ key: first, networkId, name: 'one' }]),
+      keysDocument([{ key: second, networkId, name: 'two' }]),
+      'garbage',
+      new Error('network down'),
+    ]);
+    await keySource.start();
+    expect(store.lookup(first)?.name).toBe('one');
+
+    await keySource.reload();
+    expect(store.lookup(first)).toBeUndefined();
+    expect(store.lookup(second)?.name).toBe('two');
+
+    await keySource.reload();
+    await keySource.reload();
+    expect(store.lookup(second)?.name).toBe('two');
+    keySource.stop();
+
+    const counts = await metrics.registry.getSingleMetricAsString('partner_keys_reloads_total');
+    expect(counts).toContain('partner_keys_reloads_total{source="secrets_manager",outcome="success"} 2');
+    expect(counts).toContain('partner_keys_reloads_total{source="secrets_manager",outcome="invalid"} 1');
+    expect(counts).toContain('partner_keys_reloads_total{source="secrets_manager",outcome="error"} 1');
+    expect(await metrics.registry.getSingleMetricAsString('partner_keys_loaded')).toContain('partner_keys_loaded 1');
+    expect(logs.lines.join('\n')).not.toContain(first);
+    expect(logs.lines.join('\n')).not.toContain(second);
+  });
+});
