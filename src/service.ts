@@ -58,6 +58,7 @@ export async function createService(config: Config, options: ServiceOptions) {
     ...config.breaker,
     // got makes at most two attempts of timeoutMs each; the breaker only backs that up.
     timeoutMs: 2 * config.spendManagementTimeoutMs + 500,
+    operation: 'pause_spending_periods',
     isCallerError: isSpendManagementCallerError,
   }, metrics);
 
@@ -72,6 +73,7 @@ export async function createService(config: Config, options: ServiceOptions) {
   const redisBreaker = createBreaker('redis', (ids: readonly string[]) => campaignState.markPaused(ids), {
     ...config.breaker,
     timeoutMs: config.redisCommandTimeoutMs * 2 + 500,
+    operation: 'mark_campaigns_paused',
   }, metrics);
 
   const setAgentStatus = createSetAgentStatus({

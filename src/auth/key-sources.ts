@@ -2,7 +2,7 @@ import { watch, type FSWatcher } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
-import type { Metrics } from '../observability/metrics.js';
+import { initKeySourceMetrics, type Metrics } from '../observability/metrics.js';
 import { InvalidKeySetError, parseKeySet, type PartnerKeyStore } from './partner-keys.js';
 
 export type KeySourceName = 'file' | 'secrets_manager';
@@ -30,6 +30,7 @@ interface LoaderDeps {
 function createLoader({ store, metrics, log, source, read }: LoaderDeps) {
   let lastText: string | undefined;
   let running: Promise<void> | undefined;
+  initKeySourceMetrics(metrics, source);
 
   async function load(initial: boolean): Promise<void> {
     let text: string;
@@ -37,22 +38,25 @@ function createLoader({ store, metrics, log, source, read }: LoaderDeps) {
       text = await read();
     } catch (error) {
       metrics.partnerKeyReloads.inc({ source, outcome: 'error' });
+      metrics.partnerKeysLastLoadFailed.set({ source }, 1);
       const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).name;
       if (initial) throw new InvalidKeySetError(`partner keys could not be read from ${source}: ${reason}`);
       log.warn({ source, reason }, 'partner keys could not be read; serving the last good key set');
       return;
     }
-    if (text === lastText) return; // unchanged: the poll found nothing new
+    if (text === lastText) return; // unchanged: the poll found nothing new (and the last outcome stands)
     try {
       const keys = parseKeySet(text);
       store.replace(keys);
       lastText = text;
       metrics.markGoodKeyLoad(keys.size);
       metrics.partnerKeyReloads.inc({ source, outcome: 'success' });
+      metrics.partnerKeysLastLoadFailed.set({ source }, 0);
       log.info({ source, keys: keys.size }, initial ? 'partner keys loaded' : 'partner keys reloaded');
     } catch (error) {
       lastText = text; // report a bad version once, not on every poll
       metrics.partnerKeyReloads.inc({ source, outcome: 'invalid' });
+      metrics.partnerKeysLastLoadFailed.set({ source }, 1);
       if (initial) throw error;
       log.warn({ source, reason: (error as Error).message }, 'partner keys update rejected; serving the last good key set');
     }

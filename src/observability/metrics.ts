@@ -90,6 +90,12 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
         if (lastGoodKeyLoad !== undefined) this.set((Date.now() - lastGoodKeyLoad) / 1000);
       },
     }),
+    partnerKeysLastLoadFailed: new Gauge({
+      name: 'partner_keys_last_load_failed',
+      help: '1 while the latest partner key set load from a source failed or was rejected (the last good set is served), 0 after a good one.',
+      labelNames: ['source'] as const,
+      registers: [registry],
+    }),
     ready: new Gauge({
       name: 'service_ready',
       help: '1 while the service answers /readyz with 200, 0 otherwise.',
@@ -101,5 +107,18 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       metrics.partnerKeysLastGoodLoad.set(at / 1000);
     },
   };
+  // Known label sets start at 0, so the first event is an increase that rate() and increase() see.
+  for (const reason of ['missing', 'unknown']) metrics.authFailures.inc({ reason }, 0);
+  for (const breaker of ['spend_management', 'redis']) {
+    for (const event of ['success', 'failure', 'timeout', 'reject', 'open', 'half_open', 'close']) {
+      metrics.breakerEvents.inc({ breaker, event }, 0);
+    }
+  }
   return metrics;
+}
+
+/** Starts the reload series of one key source at 0 (called by the source that is configured). */
+export function initKeySourceMetrics(metrics: Metrics, source: 'file' | 'secrets_manager') {
+  for (const outcome of ['success', 'invalid', 'error']) metrics.partnerKeyReloads.inc({ source, outcome }, 0);
+  metrics.partnerKeysLastLoadFailed.set({ source }, 0);
 }

@@ -14,7 +14,7 @@ export type BreakerName = 'spend_management' | 'redis';
 export function createBreaker<A extends unknown[], R>(
   name: BreakerName,
   action: (...args: A) => Promise<R>,
-  settings: BreakerSettings & { timeoutMs: number; isCallerError?: (error: unknown) => boolean },
+  settings: BreakerSettings & { timeoutMs: number; operation: string; isCallerError?: (error: unknown) => boolean },
   metrics: Metrics,
 ): { fire: (...args: A) => Promise<R>; breaker: CircuitBreaker<A, R> } {
   const breaker = new CircuitBreaker<A, R>(action, {
@@ -44,7 +44,10 @@ export function createBreaker<A extends unknown[], R>(
     } catch (error) {
       if (error instanceof DependencyError) throw error;
       const code = (error as { code?: string }).code;
-      if (code === 'EOPENBREAKER') throw new DependencyError(name, 'breaker_open', 'circuit open, call not attempted');
+      if (code === 'EOPENBREAKER') {
+        metrics.dependencyDuration.observe({ dependency: name, operation: settings.operation, outcome: 'rejected' }, 0);
+        throw new DependencyError(name, 'breaker_open', 'circuit open, call not attempted');
+      }
       if (code === 'ETIMEDOUT') throw new DependencyError(name, 'timeout', `no answer within ${settings.timeoutMs} ms`);
       throw new DependencyError(name, 'unavailable', code ?? (error as Error).message);
     }

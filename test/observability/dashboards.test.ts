@@ -1,0 +1,130 @@
+import { describe, expect, it } from 'vitest';
+import { allPanels, dashboardExpressions, dashboardFiles, type Dashboard, type GrafanaDatasource } from './artifacts.js';
+import { vectorSelectors } from './promql.js';
+
+const files = dashboardFiles();
+const parsed = files.flatMap(({ file, dashboard }) => (dashboard instanceof Error ? [] : [{ file, dashboard }]));
+
+const usesDatasourceVariable = (ds: GrafanaDatasource) =>
+  typeof ds === 'object' && ds !== null && ds.type === 'prometheus' && (ds.uid === '${datasource}' || ds.uid === '$datasource');
+
+/** Every `datasource` property anywhere in the JSON, with its path. */
+function datasourceRefs(value: unknown, path: string, out: { path: string; ds: GrafanaDatasource }[] = []) {
+  if (Array.isArray(value)) value.forEach((v, i) => datasourceRefs(v, `${path}[${i}]`, out));
+  else if (typeof value === 'object' && value !== null) {
+    for (const [key, v] of Object.entries(value)) {
+      if (key === 'datasource') out.push({ path: `${path}.${key}`, ds: v as GrafanaDatasource });
+      else datasourceRefs(v, `${path}.${key}`, out);
+    }
+  }
+  return out;
+}
+
+const panelsWithQueries = (d: Dashboard) => allPanels(d).filter((p) => p.type !== 'row' && p.type !== 'text');
+
+describe('Grafana dashboards', () => {
+  it('are the overview, dependencies and business dashboards, each valid JSON', () => {
+    expect(files.map((f) => f.file)).toEqual(['business.json', 'dependencies.json', 'overview.json']);
+    for (const { file, dashboard } of files) {
+      expect(dashboard instanceof Error ? `${file}: ${dashboard.message}` : 'ok').toBe('ok');
+    }
+  });
+
+  it('have stable, unique uids, a title, tags and schema version 39', () => {
+    const uids = parsed.map(({ dashboard }) => dashboard.uid);
+    expect(uids.sort()).toEqual(['pas-business', 'pas-dependencies', 'pas-overview']);
+    for (const { file, dashboard } of parsed) {
+      expect(dashboard.title, file).toMatch(/^Partner agent status \/ /);
+      expect(dashboard.schemaVersion, file).toBe(39);
+      expect(dashboard.tags, file).toContain('partner-agent-status');
+      expect(dashboard.id ?? null, `${file}: an instance-specific id`).toBeNull();
+    }
+  });
+
+  it('declare a Prometheus data source variable and namespace/job variables', () => {
+    for (const { file, dashboard } of parsed) {
+      const variables = dashboard.templating?.list ?? [];
+      const ds = variables.find((v) => v.name === 'datasource');
+      expect(ds, `${file}: $datasource`).toMatchObject({ type: 'datasource', query: 'prometheus' });
+      for (const name of ['namespace', 'job']) {
+        const variable = variables.find((v) => v.name === name);
+        expect(variable?.type, `${file}: $${name}`).toBe('query');
+      }
+    }
+  });
+
+  it('use the data source variable on every panel and target, and never a fixed data source', () => {
+    const problems: string[] = [];
+    for (const { file, dashboard } of parsed) {
+      for (const panel of panelsWithQueries(dashboard)) {
+        const where = `${file} panel ${panel.id} "${panel.title}"`;
+        if (!usesDatasourceVariable(panel.datasource)) problems.push(`${where}: datasource ${JSON.stringify(panel.datasource)}`);
+        if (!panel.targets?.length) problems.push(`${where}: no targets`);
+        for (const target of panel.targets ?? []) {
+          if (!usesDatasourceVariable(target.datasource)) {
+            problems.push(`${where} target ${target.refId}: datasource ${JSON.stringify(target.datasource)}`);
+          }
+        }
+      }
+      // anywhere else too (variables, annotations, links): no hard-coded uid
+      for (const { path, ds } of datasourceRefs(dashboard, file)) {
+        if (!usesDatasourceVariable(ds)) problems.push(`${path}: ${JSON.stringify(ds)}`);
+      }
+    }
+    expect(problems, `panels or targets without \${datasource}:\n${problems.join('\n')}`).toEqual([]);
+  });
+
+  it('have unique panel ids and unique target refIds per panel', () => {
+    for (const { file, dashboard } of parsed) {
+      const ids = allPanels(dashboard).map((p) => p.id);
+      expect(ids.every((id) => Number.isInteger(id)), `${file}: every panel has an id`).toBe(true);
+      expect(new Set(ids).size, `${file}: duplicate panel ids in ${ids.join(', ')}`).toBe(ids.length);
+      for (const panel of allPanels(dashboard)) {
+        const refIds = (panel.targets ?? []).map((t) => t.refId);
+        expect(new Set(refIds).size, `${file} panel ${panel.id}: duplicate refIds`).toBe(refIds.length);
+      }
+    }
+  });
+
+  it('give every panel a unit', () => {
+    const missing = parsed.flatMap(({ file, dashboard }) =>
+      panelsWithQueries(dashboard)
+        .filter((p) => !p.fieldConfig?.defaults?.unit)
+        .map((p) => `${file} panel ${p.id} "${p.title}"`),
+    );
+    expect(missing, missing.join('\n')).toEqual([]);
+  });
+
+  it('scope every query of a panel to the selected namespace and job', () => {
+    const problems: string[] = [];
+    for (const { file, dashboard } of parsed) {
+      for (const { where, expr, kind } of dashboardExpressions(file, dashboard)) {
+        if (kind !== 'target') continue;
+        for (const selector of vectorSelectors(expr)) {
+          const has = (label: string) =>
+            selector.matchers.some((m) => m.label === label && m.op === '=' && m.value === `GRAFANA_VARIABLE_${label}`);
+          if (!has('namespace') || !has('job')) problems.push(`${where}: ${selector.name} lacks namespace="$namespace", job="$job"`);
+        }
+      }
+    }
+    expect(problems, problems.join('\n')).toEqual([]);
+  });
+
+  it('lay panels out on the 24-column grid without overlap', () => {
+    for (const { file, dashboard } of parsed) {
+      const taken = new Set<string>();
+      for (const panel of allPanels(dashboard)) {
+        const g = panel.gridPos as { x: number; y: number; w: number; h: number } | undefined;
+        expect(g, `${file} panel ${panel.id}: gridPos`).toBeDefined();
+        if (!g) continue;
+        expect(g.x + g.w, `${file} panel ${panel.id}: beyond column 24`).toBeLessThanOrEqual(24);
+        for (let x = g.x; x < g.x + g.w; x++) {
+          for (let y = g.y; y < g.y + g.h; y++) {
+            expect(taken.has(`${x},${y}`), `${file} panel ${panel.id} overlaps at ${x},${y}`).toBe(false);
+            taken.add(`${x},${y}`);
+          }
+        }
+      }
+    }
+  });
+});

@@ -1,0 +1,99 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { allRules, paths, ruleTestFile, runbookAlertSections, runbookAnchors } from './artifacts.js';
+
+const run = promisify(execFile);
+// Debian package `prometheus`; PROMTOOL points elsewhere when needed.
+const promtool = process.env.PROMTOOL ?? 'promtool';
+
+/** Runs promtool and resolves with its output; rejects with the whole output when it fails. */
+async function promtoolRun(...args: string[]): Promise<string> {
+  try {
+    const { stdout, stderr } = await run(promtool, args, { timeout: 60_000 });
+    return stdout + stderr;
+  } catch (error) {
+    const e = error as { code?: string | number; stdout?: string; stderr?: string; message: string };
+    if (e.code === 'ENOENT') throw new Error(`${promtool} not found: install the Debian package "prometheus" (or set PROMTOOL)`);
+    throw new Error(`promtool ${args.join(' ')} failed (exit ${e.code}):\n${e.stdout ?? ''}${e.stderr ?? ''}`);
+  }
+}
+
+const alerts = allRules().filter((rule) => rule.alert);
+
+describe('the alert rule file', () => {
+  it('passes promtool check rules', async () => {
+    const output = await promtoolRun('check', 'rules', paths.rules);
+    expect(output).toContain('SUCCESS');
+  });
+
+  it('passes its promtool unit tests', async () => {
+    const output = await promtoolRun('test', 'rules', paths.ruleTests);
+    expect(output).toContain('SUCCESS');
+  });
+
+  it('has the alerts the service needs', () => {
+    expect(alerts.map((a) => a.alert).sort()).toEqual(
+      [
+        'PartnerAgentStatusCircuitBreakerOpen',
+        'PartnerAgentStatusHigh5xxRatio',
+        'PartnerAgentStatusKeyReloadFailing',
+        'PartnerAgentStatusLatencyP99High',
+        'PartnerAgentStatusNoKeysLoaded',
+        'PartnerAgentStatusNoPodReady',
+        'PartnerAgentStatusPodsNotReady',
+      ].sort(),
+    );
+  });
+
+  it('gives every alert a severity, a summary, a description and a runbook link', () => {
+    const problems: string[] = [];
+    for (const rule of alerts) {
+      if (!['critical', 'warning', 'info'].includes(rule.labels?.severity ?? '')) problems.push(`${rule.alert}: labels.severity`);
+      for (const key of ['summary', 'description', 'runbook_url']) {
+        if (!rule.annotations?.[key]?.trim()) problems.push(`${rule.alert}: annotations.${key}`);
+      }
+    }
+    expect(problems, `missing or invalid:\n${problems.join('\n')}`).toEqual([]);
+  });
+
+  it("points every runbook_url at the alert's own section of docs/runbook.md", () => {
+    const anchors = runbookAnchors();
+    const problems: string[] = [];
+    for (const rule of alerts) {
+      const url = rule.annotations?.runbook_url ?? '';
+      const match = /(?:^|\/)docs\/runbook\.md#([\w-]+)$/.exec(url);
+      if (!match?.[1]) problems.push(`${rule.alert}: runbook_url "${url}" is not docs/runbook.md#<anchor>`);
+      else if (!anchors.has(match[1])) problems.push(`${rule.alert}: no heading in docs/runbook.md has the anchor #${match[1]}`);
+      else if (match[1] !== rule.alert?.toLowerCase()) problems.push(`${rule.alert}: links to #${match[1]}, not its own section`);
+    }
+    expect(problems, problems.join('\n')).toEqual([]);
+  });
+
+  it('has a runbook section for every alert and no section for an alert that does not exist', () => {
+    expect(runbookAlertSections().sort()).toEqual(alerts.map((a) => a.alert).sort());
+  });
+
+  it('unit-tests every alert both firing and not firing', () => {
+    const firing = new Set<string>();
+    const silent = new Set<string>();
+    for (const test of ruleTestFile().tests) {
+      for (const check of test.alert_rule_test ?? []) {
+        (check.exp_alerts?.length ? firing : silent).add(check.alertname);
+      }
+    }
+    const names = alerts.map((a) => a.alert ?? '');
+    const problems = [
+      ...names.filter((n) => !firing.has(n)).map((n) => `${n}: no test where it fires`),
+      ...names.filter((n) => !silent.has(n)).map((n) => `${n}: no test where it stays silent`),
+      ...[...firing, ...silent].filter((n) => !names.includes(n)).map((n) => `${n}: tested but not in the rule file`),
+    ];
+    expect(problems, problems.join('\n')).toEqual([]);
+  });
+
+  it('waits before paging on a sustained condition', () => {
+    const instant = alerts.filter((a) => !a.for).map((a) => a.alert);
+    // These two measure over a window inside the expression instead (see the rule comments).
+    expect(instant.sort()).toEqual(['PartnerAgentStatusCircuitBreakerOpen', 'PartnerAgentStatusKeyReloadFailing']);
+  });
+});
