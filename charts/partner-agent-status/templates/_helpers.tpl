@@ -127,10 +127,10 @@ The checks a JSON schema cannot express. Included by the Deployment, so every re
 {{- end }}
 {{- end }}
 {{- if $v.podDisruptionBudget.enabled }}
-{{- $hasMin := not (kindIs "invalid" $v.podDisruptionBudget.minAvailable) }}
-{{- $hasMax := not (kindIs "invalid" $v.podDisruptionBudget.maxUnavailable) }}
+{{- $hasMin := ne (toString $v.podDisruptionBudget.minAvailable) "" }}
+{{- $hasMax := ne (toString $v.podDisruptionBudget.maxUnavailable) "" }}
 {{- if eq $hasMin $hasMax }}
-{{- fail "podDisruptionBudget: set exactly one of minAvailable and maxUnavailable (the other null)" }}
+{{- fail "podDisruptionBudget: set exactly one of minAvailable and maxUnavailable (leave the other empty)" }}
 {{- end }}
 {{- if and $hasMin (not (kindIs "string" $v.podDisruptionBudget.minAvailable)) }}
 {{- $replicas := ternary $v.autoscaling.minReplicas $v.replicaCount $v.autoscaling.enabled }}
