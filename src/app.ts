@@ -50,7 +50,9 @@ export async function buildApp(deps: AppDeps) {
     genReqId: requestId,
     requestIdHeader: false,
     bodyLimit: bodyLimitBytes,
-    return503OnClosing: true,
+    // Requests that still arrive on an open connection while closing are served (the pools close
+    // only after the server) and answered with `connection: close`, not with Fastify's bare 503.
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
     // Timeouts a reverse proxy in front of us expects (keep-alive above the ingress's idle timeout).
     connectionTimeout: 30_000,

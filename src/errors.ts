@@ -20,7 +20,7 @@ export const problemTypes = {
   notFound: { status: 404, title: 'Not found' },
   payloadTooLarge: { status: 413, title: 'Request body too large' },
   unsupportedMediaType: { status: 415, title: 'Unsupported media type' },
-  dependencyFailure: { status: 500, title: 'Campaigns could not be paused' },
+  dependencyFailure: { status: 500, title: 'Dependency failure' },
   internal: { status: 500, title: 'Internal error' },
   unavailable: { status: 503, title: 'Service unavailable' },
 } as const;
@@ -38,6 +38,13 @@ export function problem(kind: ProblemKind, detail: string, requestId: string): P
 export function sendProblem(reply: FastifyReply, body: Problem): FastifyReply {
   return reply.code(body.status).type('application/problem+json').send(body);
 }
+
+/** What a 500 says, by where it happened; both stay true whatever the request was. */
+export const dependencyFailureDetails = {
+  // Spend management and Redis are only called by a disable, after the agent is disabled.
+  pause: 'A system holding campaign state did not confirm the pause. The agent is disabled; repeat the request to finish pausing its campaigns.',
+  database: 'The database did not answer; the change may not have been made. Repeat the request: it is always safe to repeat.',
+} as const;
 
 /** Raised by the auth hook; carries no trace of the key that was presented. */
 export class Unauthorized extends Error {
@@ -86,10 +93,8 @@ export function errorHandler(error: FastifyError, request: FastifyRequest, reply
   }
   if (error instanceof DependencyError) {
     request.log.error({ dependency: error.dependency, reason: error.reason, cause: error.message }, 'dependency failure');
-    return sendProblem(
-      reply,
-      problem('dependencyFailure', 'A system holding campaign state did not confirm the pause. The agent is disabled; repeat the request to finish pausing its campaigns.', id),
-    );
+    const detail = error.dependency === 'postgres' ? dependencyFailureDetails.database : dependencyFailureDetails.pause;
+    return sendProblem(reply, problem('dependencyFailure', detail, id));
   }
   if (error.validation) return sendProblem(reply, problem('validation', validationDetail(error), id));
   switch (error.code) {

@@ -40,12 +40,29 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
   client.on('error', () => undefined);
   client.connect().catch(() => undefined);
 
+  /** Right after start or a reconnect, waits (within the command timeout) for the connection. */
+  async function connected(): Promise<void> {
+    if (client.status === 'ready') return;
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        client.off('ready', onReady);
+        reject(new DependencyError('redis', 'unavailable', `not connected (${client.status})`));
+      }, options.commandTimeoutMs);
+      const onReady = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      client.once('ready', onReady);
+    });
+  }
+
   return {
     client,
     async markPaused(campaignIds) {
       const started = performance.now();
       let outcome: 'ok' | 'error' = 'error';
       try {
+        await connected();
         const pipeline = client.pipeline();
         for (const id of campaignIds) pipeline.hset(campaignKey(id), 'paused', '1');
         const results = (await pipeline.exec()) ?? [];

@@ -18,7 +18,7 @@ beforeAll(async () => {
     partners: [{ key, networkId, name: 'faulty' }],
     redisUrl: proxy.url,
     // A small window so the breaker opens within a test; a short reset so it recovers within one.
-    env: { BREAKER_VOLUME_THRESHOLD: '3', BREAKER_RESET_TIMEOUT_MS: '400', BREAKER_ROLLING_WINDOW_MS: '5000' },
+    env: { BREAKER_VOLUME_THRESHOLD: '3', BREAKER_RESET_TIMEOUT_MS: '400', BREAKER_ROLLING_WINDOW_MS: '5000', SPEND_MANAGEMENT_TIMEOUT_MS: '300' },
   });
 });
 
@@ -57,7 +57,7 @@ describe('spend management failing', () => {
     const failed = await disable(agentId);
     expect(failed.statusCode).toBe(500);
     expect(failed.headers['content-type']).toMatch(/^application\/problem\+json/);
-    expect(failed.json()).toMatchObject({ status: 500, title: 'Campaigns could not be paused' });
+    expect(failed.json()).toMatchObject({ status: 500, title: 'Dependency failure', detail: expect.stringMatching(/The agent is disabled; repeat the request/) });
     expect(await db.agentApproved(agentId)).toBe(false);
     expect((await db.pausedIds(agentId)).size).toBe(0);
     expect(await svc.pausedInRedis(ids.slice(0, 5))).toEqual([false, false, false, false, false]);
@@ -93,7 +93,7 @@ describe('spend management failing', () => {
     svc.simulator.simulator.setMode('hang');
     const started = Date.now();
     const failed = await disable(agentId);
-    // Two attempts of SPEND_MANAGEMENT_TIMEOUT_MS (300 ms) each, plus a little.
+    // Two attempts of SPEND_MANAGEMENT_TIMEOUT_MS (300 ms here) each, plus a little.
     expect(failed.statusCode).toBe(500);
     expect(Date.now() - started).toBeLessThan(3_000);
     expect((await db.pausedIds(agentId)).size).toBe(0);

@@ -115,7 +115,7 @@ describe('graceful drain: SIGTERM during a slow disable', () => {
 
       const response = await pending;
       expect(response.status).toBe(200);
-      expect((await response.json()).pausedCampaignCount).toBe(5);
+      expect(((await response.json()) as { pausedCampaignCount: number }).pausedCampaignCount).toBe(5);
       expect(await service.exited).toBe(0);
       expect(await db.pausedIds(agentId)).toEqual(new Set(ids));
     } finally {

@@ -8,6 +8,7 @@ import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createService, type ServiceOptions } from '../../src/service.js';
 import { createSpendSimulator, type SpendSimulator } from '../../src/spend-simulator/simulator.js';
+import { attachResponseValidator } from './openapi-validator.js';
 
 export interface PartnerKeyRecord {
   key: string;
@@ -63,14 +64,18 @@ export async function startTestService(options: TestServiceOptions) {
     SPEND_MANAGEMENT_URL: simulatorUrl,
     PARTNER_KEYS_FILE: keysFile,
     DATABASE_POOL_SIZE: '5',
-    SPEND_MANAGEMENT_TIMEOUT_MS: '300',
-    REDIS_COMMAND_TIMEOUT_MS: '300',
+    // Short enough for the fault tests, long enough for a loaded 2-core CI machine.
+    SPEND_MANAGEMENT_TIMEOUT_MS: '1000',
+    REDIS_COMMAND_TIMEOUT_MS: '1000',
     ...options.env,
   });
   const service = await createService(config, {
     logger: createLogger('debug', logs.stream),
     ...options.serviceOptions,
   });
+  // Every response of every test service is checked against the OpenAPI document; close() fails
+  // when one disagreed (test/support/openapi-validator.ts).
+  const responseCheck = attachResponseValidator(service.app);
   await service.app.ready();
 
   const redis = new Redis(inject('redisUrl'), { keyPrefix: inject('redisKeyPrefix') });
@@ -97,6 +102,7 @@ export async function startTestService(options: TestServiceOptions) {
       await redis.quit();
       if (ownSimulator) await simulator.close();
       rmSync(keysDir, { recursive: true, force: true });
+      responseCheck.assertNoViolations();
     },
   };
 }

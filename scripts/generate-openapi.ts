@@ -1,0 +1,49 @@
+/**
+ * Writes docs/openapi.json, the partner API's OpenAPI document, from the code: the real app
+ * (buildApp, every route and schema as in production) with inert dependencies, so no database,
+ * key-value store or key file is needed. Run it with `npm run openapi` after changing a route;
+ * test/openapi/document.test.ts fails while the committed file differs from what this generates.
+ */
+import { writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { buildApp } from '../src/app.js';
+import { PartnerKeyStore } from '../src/auth/partner-keys.js';
+import { createLogger } from '../src/observability/logger.js';
+import { createMetrics } from '../src/observability/metrics.js';
+
+export const openApiDocumentPath = fileURLToPath(new URL('../docs/openapi.json', import.meta.url));
+
+/** The app as production builds it, with dependencies that are never used to document it. */
+export async function buildInertApp() {
+  return buildApp({
+    logger: createLogger('silent'),
+    metrics: createMetrics({ collectDefaults: false }),
+    keyStore: new PartnerKeyStore(),
+    isReady: async () => false,
+    setAgentStatus: async () => {
+      throw new Error('setAgentStatus is never called while generating the OpenAPI document');
+    },
+  });
+}
+
+/** The OpenAPI document the code generates, as a plain JSON value. */
+export async function generateOpenApiDocument(): Promise<Record<string, unknown>> {
+  const app = await buildInertApp();
+  try {
+    await app.ready();
+    return JSON.parse(JSON.stringify(app.swagger())) as Record<string, unknown>;
+  } finally {
+    await app.close();
+  }
+}
+
+/** The committed form: pretty-printed with two spaces and a trailing newline. */
+export function renderOpenApiDocument(document: unknown): string {
+  return `${JSON.stringify(document, null, 2)}\n`;
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  writeFileSync(openApiDocumentPath, renderOpenApiDocument(await generateOpenApiDocument()));
+  console.log(`wrote ${openApiDocumentPath}`);
+}
