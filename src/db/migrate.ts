@@ -1,3 +1,4 @@
+import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import Postgrator from 'postgrator';
@@ -29,7 +30,7 @@ export async function migrate(databaseUrl: string): Promise<MigrationOutcome> {
     });
     const applied = await postgrator.migrate();
     const version = Number(await postgrator.getDatabaseVersion());
-    return { applied: applied.map((m) => m.filename), version };
+    return { applied: applied.map((m) => basename(m.filename)), version };
   } finally {
     await client.query('SELECT pg_advisory_unlock($1)', [migrationLockId]).catch(() => undefined);
     await client.end();
