@@ -98,7 +98,10 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     paused.clear();
     requests = [];
     mode = 'ok';
-    return { mode };
+    delayMs = 1_000;
+    failStatus = 503;
+    failAfter = 0;
+    return { mode, delayMs, failStatus, failAfter };
   });
 
   return Object.assign(app, {
