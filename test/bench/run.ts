@@ -54,7 +54,7 @@ const service = await startServiceProcess({
 });
 const floorPort = await freePort();
 const floors = spawn(process.execPath, ['--import', 'tsx', 'test/bench/floor-server.ts'], {
-  cwd: root, env: { ...process.env, PORT: String(floorPort), DATABASE_URL: databaseUrl }, stdio: ['ignore', 'pipe', 'inherit'],
+  cwd: root, env: { ...process.env, PORT: String(floorPort), DATABASE_URL: databaseUrl, BENCH_AGENTS: agents.join(',') }, stdio: ['ignore', 'pipe', 'inherit'],
 });
 await new Promise<void>((resolve) => floors.stdout!.on('data', (chunk) => chunk.toString().includes('ready') && resolve()));
 
@@ -98,6 +98,7 @@ console.log(`load: ${connections} connections, ${seconds} s each`);
 loads.push(await load('floor: bare Fastify route', { url: `http://127.0.0.1:${floorPort}/bare` }));
 loads.push(await load('floor: SELECT 1 via node-postgres', { url: `http://127.0.0.1:${floorPort}/pg` }));
 loads.push(await load('floor: SELECT 1 via slonik (service pool settings)', { url: `http://127.0.0.1:${floorPort}/slonik` }));
+loads.push(await load('floor: the enable\'s UPDATE via slonik', { url: `http://127.0.0.1:${floorPort}/slonik-update` }));
 loads.push(await load('enable', statusRequests(true)));
 loads.push(await load('disable (nothing left to pause)', statusRequests(false)));
 loads.push(await load('401: unknown key', statusRequests(true, `pk_wrong_${randomBytes(12).toString('hex')}`)));
