@@ -27,6 +27,27 @@ export interface PartnerKeyWriter {
   remove(keys: string[]): Promise<void>;
 }
 
+/**
+ * What both places share: a read-change-write of the whole keys document. The service refuses an
+ * empty key set, so removing the last key is refused here too (the local launcher's bootstrap key
+ * is always there, so this only matters for a document someone else made).
+ */
+abstract class KeyDocumentWriter implements PartnerKeyWriter {
+  abstract readonly description: string;
+  protected abstract update(change: (keys: KeyMap) => void): Promise<void>;
+
+  add(entries: KeyMap): Promise<void> {
+    return this.update((keys) => Object.assign(keys, entries));
+  }
+
+  remove(keys: string[]): Promise<void> {
+    return this.update((current) => {
+      for (const key of keys) delete current[key];
+      if (Object.keys(current).length === 0) throw new Error('refusing to remove the last partner key');
+    });
+  }
+}
+
 export function partnerKeyWriter(target: PartnerKeysTarget): PartnerKeyWriter {
   return target.kind === 'file' ? new FileKeyWriter(target.path) : new SecretKeyWriter(target);
 }
@@ -44,27 +65,15 @@ function parseDocument(text: string): { 'partner-keys': KeyMap } {
  * Workers change it under a lock file (read, change, write), and every write is atomic (a temp
  * file in the same directory, then a rename), so the service never reads half a document.
  */
-class FileKeyWriter implements PartnerKeyWriter {
+class FileKeyWriter extends KeyDocumentWriter {
   readonly description: string;
 
   constructor(private readonly path: string) {
+    super();
     this.description = `file ${path}`;
   }
 
-  add(entries: KeyMap): Promise<void> {
-    return this.update((keys) => Object.assign(keys, entries));
-  }
-
-  remove(keys: string[]): Promise<void> {
-    return this.update((current) => {
-      for (const key of keys) delete current[key];
-      // The service refuses an empty key set: keep the document valid. The launcher's own
-      // bootstrap key is always there, so this only matters for a file someone else made.
-      if (Object.keys(current).length === 0) throw new Error('refusing to remove the last partner key');
-    });
-  }
-
-  private async update(change: (keys: KeyMap) => void): Promise<void> {
+  protected async update(change: (keys: KeyMap) => void): Promise<void> {
     const lock = `${this.path}.lock`;
     const deadline = Date.now() + 15_000;
     for (;;) {
@@ -117,24 +126,14 @@ interface SecretObject {
  * minute); touching an annotation of the pods makes it sync them now, which usually brings that
  * down to seconds. It is only a nudge: the wait that follows (401 -> 200) is what counts.
  */
-class SecretKeyWriter implements PartnerKeyWriter {
+class SecretKeyWriter extends KeyDocumentWriter {
   readonly description: string;
   private readonly target: Extract<PartnerKeysTarget, { kind: 'kubernetes-secret' }>;
 
   constructor(target: Extract<PartnerKeysTarget, { kind: 'kubernetes-secret' }>) {
+    super();
     this.target = target;
     this.description = `Secret ${target.namespace}/${target.secret} (key ${target.secretKey})`;
-  }
-
-  add(entries: KeyMap): Promise<void> {
-    return this.update((keys) => Object.assign(keys, entries));
-  }
-
-  remove(keys: string[]): Promise<void> {
-    return this.update((current) => {
-      for (const key of keys) delete current[key];
-      if (Object.keys(current).length === 0) throw new Error('refusing to remove the last partner key');
-    });
   }
 
   private kubectl(args: string[], input?: string): Promise<string> {
@@ -142,7 +141,7 @@ class SecretKeyWriter implements PartnerKeyWriter {
     return run('kubectl', [...args, ...context, '--namespace', this.target.namespace], input);
   }
 
-  private async update(change: (keys: KeyMap) => void): Promise<void> {
+  protected async update(change: (keys: KeyMap) => void): Promise<void> {
     for (let attempt = 1; ; attempt += 1) {
       const secret = JSON.parse(await this.kubectl(['get', 'secret', this.target.secret, '--output', 'json'])) as SecretObject;
       const encoded = secret.data?.[this.target.secretKey];
