@@ -29,6 +29,7 @@ interface LoaderDeps {
 
 function createLoader({ store, metrics, log, source, read }: LoaderDeps) {
   let lastText: string | undefined;
+  let lastTextValid = false;
   let running: Promise<void> | undefined;
   initKeySourceMetrics(metrics, source);
 
@@ -44,17 +45,24 @@ function createLoader({ store, metrics, log, source, read }: LoaderDeps) {
       log.warn({ source, reason }, 'partner keys could not be read; serving the last good key set');
       return;
     }
-    if (text === lastText) return; // unchanged: the poll found nothing new (and the last outcome stands)
+    if (text === lastText) {
+      // Unchanged: nothing to load. A read that failed before and works again clears the failure,
+      // unless what it reads is still the version that was rejected.
+      metrics.partnerKeysLastLoadFailed.set({ source }, lastTextValid ? 0 : 1);
+      return;
+    }
     try {
       const keys = parseKeySet(text);
       store.replace(keys);
       lastText = text;
+      lastTextValid = true;
       metrics.markGoodKeyLoad(keys.size);
       metrics.partnerKeyReloads.inc({ source, outcome: 'success' });
       metrics.partnerKeysLastLoadFailed.set({ source }, 0);
       log.info({ source, keys: keys.size }, initial ? 'partner keys loaded' : 'partner keys reloaded');
     } catch (error) {
       lastText = text; // report a bad version once, not on every poll
+      lastTextValid = false;
       metrics.partnerKeyReloads.inc({ source, outcome: 'invalid' });
       metrics.partnerKeysLastLoadFailed.set({ source }, 1);
       if (initial) throw error;

@@ -62,4 +62,25 @@ describe('partner keys from AWS Secrets Manager', () => {
     expect(logs.lines.join('\n')).not.toContain(first);
     expect(logs.lines.join('\n')).not.toContain(second);
   });
+
+  it('reports a failed load until a good read: a transient read error clears, a rejected version does not', async () => {
+    const good = keysDocument([{ key: newApiKey(), networkId, name: 'one' }]);
+    const { metrics, keySource } = source([good, new Error('throttled'), good, 'garbage', 'garbage', good]);
+    const failed = async () => /partner_keys_last_load_failed\{source="secrets_manager"\} (\d)/.exec(
+      await metrics.registry.getSingleMetricAsString('partner_keys_last_load_failed'),
+    )?.[1];
+    await keySource.start();
+    expect(await failed()).toBe('0');
+    await keySource.reload(); // read error
+    expect(await failed()).toBe('1');
+    await keySource.reload(); // the same good document again
+    expect(await failed()).toBe('0');
+    await keySource.reload(); // a bad version
+    expect(await failed()).toBe('1');
+    await keySource.reload(); // still the bad version
+    expect(await failed()).toBe('1');
+    await keySource.reload(); // fixed
+    expect(await failed()).toBe('0');
+    keySource.stop();
+  });
 });
