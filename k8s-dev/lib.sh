@@ -74,15 +74,25 @@ new_uuid() {
   fi
 }
 
-# Waits until something accepts TCP connections on 127.0.0.1:<port>.
-wait_for_port() {
-  local port="$1" what="$2" tries=0
-  until (exec 3<>"/dev/tcp/127.0.0.1/${port}") 2>/dev/null; do
-    tries=$((tries + 1))
-    if [ "$tries" -ge 60 ]; then
-      echo "${what} is not reachable on 127.0.0.1:${port}" >&2
+# Runs a command until it succeeds: retry_until <tries> <seconds between> <message on giving up> <command...>.
+retry_until() {
+  local tries="$1" pause="$2" message="$3" attempt=0
+  shift 3
+  until "$@"; do
+    attempt=$((attempt + 1))
+    if [ "$attempt" -ge "$tries" ]; then
+      echo "$message" >&2
       return 1
     fi
-    sleep 0.5
+    sleep "$pause"
   done
+}
+
+port_accepts() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Waits until something accepts TCP connections on 127.0.0.1:<port>.
+wait_for_port() {
+  retry_until 60 0.5 "$2 is not reachable on 127.0.0.1:$1" port_accepts "$1"
 }

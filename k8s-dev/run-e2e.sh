@@ -35,14 +35,7 @@ export E2E_KUBE_NAMESPACE="$NAMESPACE"
 export E2E_KUBE_CONTEXT="$KUBE_CONTEXT"
 export E2E_SERVICE_POD_SELECTOR="app.kubernetes.io/instance=${RELEASE},app.kubernetes.io/component=api"
 
-tries=0
-until curl --silent --fail --output /dev/null "${BASE_URL}/partner/openapi.json"; do
-  tries=$((tries + 1))
-  if [ "$tries" -ge 30 ]; then
-    echo "${BASE_URL}/partner/openapi.json does not answer: is the release installed (k8s-dev/install.sh)?" >&2
-    exit 1
-  fi
-  sleep 2
-done
+retry_until 30 2 "${BASE_URL}/partner/openapi.json does not answer: is the release installed (k8s-dev/install.sh)?" \
+  curl --silent --fail --output /dev/null "${BASE_URL}/partner/openapi.json"
 
 npm run test:e2e -- "$@"

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import Fastify, { LogController, type FastifyPluginAsync } from 'fastify';
+import Fastify, { LogController } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Logger } from 'pino';
 import type { SetAgentStatus } from './agents/set-agent-status.js';
@@ -26,8 +26,6 @@ export interface AppDeps {
   setAgentStatus: SetAgentStatus;
   /** Readiness beyond "keys loaded": database reachable and not draining. */
   isReady: () => Promise<boolean>;
-  /** Extra routes registered after the core ones (the OpenAPI document). */
-  plugins?: FastifyPluginAsync[];
 }
 
 export const bodyLimitBytes = 16 * 1024;
@@ -119,7 +117,6 @@ export async function buildApp(deps: AppDeps) {
     isReady: async () => deps.keyStore.loaded && (await deps.isReady()),
   });
   await app.register(agentStatusRoute, { keyStore: deps.keyStore, setAgentStatus: deps.setAgentStatus, metrics: deps.metrics });
-  for (const plugin of deps.plugins ?? []) await app.register(plugin);
 
   return app;
 }

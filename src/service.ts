@@ -1,5 +1,4 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import { createSetAgentStatus } from './agents/set-agent-status.js';
 import { buildApp } from './app.js';
@@ -17,8 +16,6 @@ export interface ServiceOptions {
   logger: Logger;
   /** Replaces the Redis-backed store (npm run dev uses an in-process one). */
   campaignState?: CampaignStateStore;
-  /** Routes registered beside the core ones. */
-  plugins?: FastifyPluginAsync[];
 }
 
 const readinessTimeoutMs = 1_000;
@@ -88,7 +85,6 @@ export async function createService(config: Config, options: ServiceOptions) {
     metrics,
     keyStore,
     setAgentStatus,
-    plugins: options.plugins,
     isReady: async () => {
       const ready = !draining && (await databaseAnswers());
       metrics.ready.set(ready ? 1 : 0);

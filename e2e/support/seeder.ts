@@ -1,6 +1,6 @@
-import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import pg from 'pg';
+import { insertAgent, insertCampaigns, insertNetwork } from '../../test/support/platform-rows.js';
 
 /**
  * Makes and reads back the platform's data the way the platform itself would: straight in
@@ -20,34 +20,16 @@ export class Seeder {
     this.redis.on('error', () => undefined); // failures surface through the commands
   }
 
-  async network(options: { requireAgentApproval?: boolean } = {}): Promise<string> {
-    const networkId = randomUUID();
-    await this.pool.query('INSERT INTO networks (network_id, require_agent_approval) VALUES ($1, $2)', [
-      networkId,
-      options.requireAgentApproval ?? false,
-    ]);
-    return networkId;
+  network(options: { requireAgentApproval?: boolean } = {}): Promise<string> {
+    return insertNetwork(this.pool, options);
   }
 
-  async agent(networkId: string, options: { approved?: boolean } = {}): Promise<string> {
-    const agentId = `us-east-1:${randomUUID()}`;
-    await this.pool.query('INSERT INTO agents (agent_id, network_id, agent_approved) VALUES ($1, $2, $3)', [
-      agentId,
-      networkId,
-      options.approved ?? true,
-    ]);
-    return agentId;
+  agent(networkId: string, options: { approved?: boolean } = {}): Promise<string> {
+    return insertAgent(this.pool, networkId, options);
   }
 
-  /** Inserts `count` campaigns of one agent in one statement; returns their ids. */
-  async campaigns(agentId: string, count: number, options: { active?: boolean; paused?: boolean } = {}): Promise<string[]> {
-    const ids = Array.from({ length: count }, () => randomUUID());
-    await this.pool.query(
-      `INSERT INTO campaigns (campaign_id, agent_id, active, paused)
-       SELECT id, $2, $3, $4 FROM unnest($1::uuid[]) AS id`,
-      [ids, agentId, options.active ?? true, options.paused ?? false],
-    );
-    return ids;
+  campaigns(agentId: string, count: number, options: { active?: boolean; paused?: boolean } = {}): Promise<string[]> {
+    return insertCampaigns(this.pool, agentId, count, options);
   }
 
   async agentApproved(agentId: string): Promise<boolean> {

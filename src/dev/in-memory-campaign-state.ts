@@ -11,7 +11,6 @@ export function createInMemoryCampaignState(): CampaignStateStore & { hash(campa
     async markPaused(campaignIds) {
       for (const id of campaignIds) hashes.set(id, { ...hashes.get(id), paused: '1' });
     },
-    async ping() {},
     async close() {},
     hash: (campaignId) => hashes.get(campaignId),
   };

@@ -6,7 +6,6 @@ import { DependencyError } from './dependency-error.js';
 export interface CampaignStateStore {
   /** Sets `paused` = `1` on every campaign's hash (creating it when absent), in one round trip. */
   markPaused(campaignIds: readonly string[]): Promise<void>;
-  ping(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -81,9 +80,6 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
           (performance.now() - started) / 1000,
         );
       }
-    },
-    async ping() {
-      await client.ping();
     },
     async close() {
       await client.quit().catch(() => client.disconnect());

@@ -24,6 +24,7 @@ export async function startTcpProxy(target: { host: string; port: number }) {
   await once(server, 'listening');
   const { port } = server.address() as { port: number };
   return {
+    port,
     url: `redis://127.0.0.1:${port}`,
     cut() {
       cut = true;
