@@ -201,3 +201,35 @@ describe('concurrent disables of one agent', () => {
     }
   });
 });
+
+describe('PostgreSQL unreachable', () => {
+  it('turns /readyz to 503 and disables to 500, and both recover by themselves', async () => {
+    const database = new URL(inject('databaseUrl'));
+    const pgProxy = await startTcpProxy({ host: database.hostname, port: Number(database.port || 5432) });
+    database.host = `127.0.0.1:${pgProxy.port}`;
+    const own = await startTestService({ partners: [{ key, networkId, name: 'faulty' }], env: { DATABASE_URL: database.toString() } });
+    try {
+      const agentId = await db.agent(networkId);
+      expect((await own.app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
+      pgProxy.cut();
+      expect((await own.app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(503);
+      const failed = await own.app.inject({
+        method: 'POST', url: '/partner/agents/status',
+        headers: { 'x-api-key': key, 'content-type': 'application/json' }, payload: { agentId, enabled: false },
+      });
+      expect(failed.statusCode).toBe(500);
+      expect(failed.json().detail).toMatch(/The database did not answer/);
+      pgProxy.restore();
+      let ready = 0;
+      for (let attempt = 0; attempt < 50 && ready !== 200; attempt++) {
+        ready = (await own.app.inject({ method: 'GET', url: '/readyz' })).statusCode;
+        if (ready !== 200) await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(ready).toBe(200);
+    } finally {
+      pgProxy.restore();
+      await own.close();
+      await pgProxy.close();
+    }
+  });
+});
