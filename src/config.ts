@@ -29,6 +29,47 @@ export interface Config {
   logLevel: string;
   drainDelayMs: number;
   shutdownTimeoutMs: number;
+  limits: LimitSettings;
+  pipeline: PipelineSettings;
+  worker: WorkerSettings;
+  secretsManager: SecretsManagerSettings;
+}
+
+/** CONTRACT.md section 10. */
+export interface LimitSettings {
+  /** Requests one network may make per window, across replicas; 0 turns the limit off. */
+  rateLimitMax: number;
+  rateLimitWindowMs: number;
+  /** Agents of one network that one replica disables at once (worker runs not counted). */
+  disablesInFlightPerNetwork: number;
+  /** A request answers by then at the latest (below the ingress's read time-out). */
+  requestDeadlineMs: number;
+  /** Mean event-loop delay above which the /partner routes shed load with 503. */
+  overloadMaxEventLoopDelayMs: number;
+}
+
+/** How one disable pauses its campaigns. */
+export interface PipelineSettings {
+  /** Batches of one disable in flight at once. */
+  batchesInFlight: number;
+  /** Spend-management calls in flight at once in this replica, all disables together. */
+  spendManagementMaxConcurrency: number;
+}
+
+/** The convergence worker of CONTRACT.md section 9. */
+export interface WorkerSettings {
+  pollIntervalMs: number;
+  leaseMs: number;
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  /** Pending disables one replica's worker runs at once. */
+  concurrency: number;
+}
+
+export interface SecretsManagerSettings {
+  connectTimeoutMs: number;
+  requestTimeoutMs: number;
+  maxAttempts: number;
 }
 
 export interface BreakerSettings {
@@ -106,15 +147,40 @@ export function loadConfig(env: Env = process.env): Config {
     spendManagementUrl: url(env, 'SPEND_MANAGEMENT_URL', ['http:', 'https:']),
     spendManagementToken: token ? token : undefined,
     spendManagementTimeoutMs: integer(env, 'SPEND_MANAGEMENT_TIMEOUT_MS', 2_000, 10, 60_000),
+    // A sequential caller (one partner retrying) must be able to open a breaker: the window holds
+    // three failed calls of a full time-out each, with room to spare.
     breaker: {
       errorThresholdPercentage: integer(env, 'BREAKER_ERROR_THRESHOLD_PERCENT', 50, 1, 100),
-      volumeThreshold: integer(env, 'BREAKER_VOLUME_THRESHOLD', 10, 1, 10_000),
+      volumeThreshold: integer(env, 'BREAKER_VOLUME_THRESHOLD', 3, 1, 10_000),
       resetTimeoutMs: integer(env, 'BREAKER_RESET_TIMEOUT_MS', 10_000, 100, 600_000),
-      rollingWindowMs: integer(env, 'BREAKER_ROLLING_WINDOW_MS', 10_000, 1_000, 600_000),
+      rollingWindowMs: integer(env, 'BREAKER_ROLLING_WINDOW_MS', 30_000, 1_000, 600_000),
     },
     partnerKeys,
     logLevel,
     drainDelayMs: integer(env, 'DRAIN_DELAY_MS', 5_000, 0, 120_000),
     shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', 20_000, 1_000, 600_000),
+    limits: {
+      rateLimitMax: integer(env, 'RATE_LIMIT_MAX', 1_200, 0, 10_000_000),
+      rateLimitWindowMs: integer(env, 'RATE_LIMIT_WINDOW_MS', 60_000, 1_000, 86_400_000),
+      disablesInFlightPerNetwork: integer(env, 'DISABLES_IN_FLIGHT_PER_NETWORK', 8, 1, 10_000),
+      requestDeadlineMs: integer(env, 'REQUEST_DEADLINE_MS', 25_000, 1_000, 600_000),
+      overloadMaxEventLoopDelayMs: integer(env, 'OVERLOAD_MAX_EVENT_LOOP_DELAY_MS', 200, 10, 60_000),
+    },
+    pipeline: {
+      batchesInFlight: integer(env, 'DISABLE_BATCHES_IN_FLIGHT', 4, 1, 64),
+      spendManagementMaxConcurrency: integer(env, 'SPEND_MANAGEMENT_MAX_CONCURRENCY', 16, 1, 1_000),
+    },
+    worker: {
+      pollIntervalMs: integer(env, 'WORKER_POLL_INTERVAL_MS', 2_000, 50, 60_000),
+      leaseMs: integer(env, 'WORKER_LEASE_MS', 15_000, 1_000, 60_000),
+      backoffBaseMs: integer(env, 'WORKER_BACKOFF_BASE_MS', 1_000, 10, 60_000),
+      backoffMaxMs: integer(env, 'WORKER_BACKOFF_MAX_MS', 20_000, 100, 60_000),
+      concurrency: integer(env, 'WORKER_CONCURRENCY', 4, 1, 100),
+    },
+    secretsManager: {
+      connectTimeoutMs: integer(env, 'SECRETS_MANAGER_CONNECT_TIMEOUT_MS', 2_000, 100, 60_000),
+      requestTimeoutMs: integer(env, 'SECRETS_MANAGER_REQUEST_TIMEOUT_MS', 5_000, 100, 60_000),
+      maxAttempts: integer(env, 'SECRETS_MANAGER_MAX_ATTEMPTS', 3, 1, 10),
+    },
   };
 }

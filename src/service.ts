@@ -1,8 +1,7 @@
-import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Logger } from 'pino';
 import { createSetAgentStatus } from './agents/set-agent-status.js';
 import { buildApp } from './app.js';
-import { fileKeySource, secretsManagerKeySource, type KeySource } from './auth/key-sources.js';
+import { createKeySource } from './auth/configured-key-source.js';
 import { PartnerKeyStore } from './auth/partner-keys.js';
 import type { Config } from './config.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
@@ -135,32 +134,3 @@ export async function createService(config: Config, options: ServiceOptions) {
 }
 
 export type Service = Awaited<ReturnType<typeof createService>>;
-
-function createKeySource(config: Config, store: PartnerKeyStore, metrics: Metrics, log: Logger): KeySource {
-  const source = config.partnerKeys;
-  if (source.kind === 'file') {
-    return fileKeySource({ store, metrics, log, path: source.path, pollIntervalMs: source.pollIntervalMs });
-  }
-  const client = new SecretsManagerClient({});
-  return secretsManagerKeySource({
-    store,
-    metrics,
-    log,
-    refreshIntervalMs: source.refreshIntervalMs,
-    fetchSecret: async () => {
-      const started = performance.now();
-      let outcome: 'ok' | 'error' = 'error';
-      try {
-        const result = await client.send(new GetSecretValueCommand({ SecretId: source.secretId }));
-        if (typeof result.SecretString !== 'string') throw new Error('secret has no string value');
-        outcome = 'ok';
-        return result.SecretString;
-      } finally {
-        metrics.dependencyDuration.observe(
-          { dependency: 'secrets_manager', operation: 'get_secret_value', outcome },
-          (performance.now() - started) / 1000,
-        );
-      }
-    },
-  });
-}

@@ -101,6 +101,56 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       help: '1 while the service answers /readyz with 200, 0 otherwise.',
       registers: [registry],
     }),
+    pendingDisables: new Gauge({
+      name: 'pending_disables',
+      help: 'Accepted disables not yet finished (rows of pending_disables), as last read by this replica\'s worker.',
+      registers: [registry],
+    }),
+    pendingDisablesOldestAge: new Gauge({
+      name: 'pending_disables_oldest_age_seconds',
+      help: 'Age of the oldest unfinished disable (since it was first requested), 0 when none; as last read by this replica\'s worker.',
+      registers: [registry],
+    }),
+    workerAttempts: new Counter({
+      name: 'disable_worker_attempts_total',
+      help: 'Convergence worker runs of pending disables, by outcome (completed, incomplete, failed, superseded, stopped).',
+      labelNames: ['outcome'] as const,
+      registers: [registry],
+    }),
+    campaignsNotConfirmed: new Counter({
+      name: 'campaigns_not_confirmed_total',
+      help: 'Campaigns a store answered about but did not confirm paused (left out by spend management, refused by Redis); retried by the worker.',
+      labelNames: ['dependency'] as const,
+      registers: [registry],
+    }),
+    spendManagementAuthFailures: new Counter({
+      name: 'spend_management_auth_failures_total',
+      help: 'Spend-management answers 401 or 403: our credentials are wrong or lack the permission.',
+      labelNames: ['status'] as const,
+      registers: [registry],
+    }),
+    requestsLimited: new Counter({
+      name: 'partner_requests_limited_total',
+      help: 'Requests answered 429, by partner and limit (rate: requests per window; disables_in_flight: concurrent disables).',
+      labelNames: ['partner', 'limit'] as const,
+      registers: [registry],
+    }),
+    rateLimitStoreErrors: new Counter({
+      name: 'rate_limit_store_errors_total',
+      help: 'Rate-limit checks that could not reach Redis; the request was let through (the limit fails open).',
+      registers: [registry],
+    }),
+    requestsShed: new Counter({
+      name: 'requests_shed_total',
+      help: 'Partner requests answered 503 because the process was overloaded (event-loop delay over the threshold).',
+      registers: [registry],
+    }),
+    logLinesSuppressed: new Counter({
+      name: 'log_lines_suppressed_total',
+      help: 'Access log lines not written because their kind is logged at a bounded rate (reason: auth_failure).',
+      labelNames: ['reason'] as const,
+      registers: [registry],
+    }),
     markGoodKeyLoad(keyCount: number, at = Date.now()) {
       lastGoodKeyLoad = at;
       metrics.partnerKeysLoaded.set(keyCount);
@@ -109,6 +159,14 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   };
   // Known label sets start at 0, so the first event is an increase that rate() and increase() see.
   for (const reason of ['missing', 'unknown']) metrics.authFailures.inc({ reason }, 0);
+  for (const outcome of ['completed', 'incomplete', 'failed', 'superseded', 'stopped']) metrics.workerAttempts.inc({ outcome }, 0);
+  for (const dependency of ['spend_management', 'redis']) metrics.campaignsNotConfirmed.inc({ dependency }, 0);
+  for (const status of ['401', '403']) metrics.spendManagementAuthFailures.inc({ status }, 0);
+  metrics.rateLimitStoreErrors.inc(0);
+  metrics.requestsShed.inc(0);
+  metrics.logLinesSuppressed.inc({ reason: 'auth_failure' }, 0);
+  metrics.pendingDisables.set(0);
+  metrics.pendingDisablesOldestAge.set(0);
   for (const breaker of ['spend_management', 'redis']) {
     for (const event of ['success', 'failure', 'timeout', 'reject', 'open', 'half_open', 'close']) {
       metrics.breakerEvents.inc({ breaker, event }, 0);
