@@ -1,17 +1,45 @@
 import { defineConfig } from 'vitest/config';
 
-// One PostgreSQL database and one Redis key prefix per test run (made in test/global-setup.ts),
-// so parallel runs on one machine never collide. Files run in parallel; every test makes its own
-// networks, agents and keys, so files never share rows.
+// Three projects, each with only the set-up it needs:
+// - unit: pure logic, no database, no Redis, no build (seconds);
+// - chart: the shipped artifacts checked as files (Helm chart, dev-cluster manifests and scripts,
+//   alert rules, dashboards, the OpenAPI document), again with no database and no build;
+// - integration: everything else, i.e. any test that starts the service (in-process or built),
+//   against the machine's real PostgreSQL and Redis. Only this project builds dist/ and creates the
+//   run's database and Redis key prefix (test/global-setup.ts): in vitest 5 a root-level
+//   globalSetup would run for `--project unit` too.
+// A new test file lands in integration unless it sits under a unit or chart glob, so a test that
+// needs the database always gets it. Pool, timeouts and env are shared from the root.
+const unit = ['test/unit/**/*.test.ts'];
+const chart = [
+  'test/chart/**/*.test.ts',
+  'test/k8s-dev/**/*.test.ts',
+  'test/openapi/**/*.test.ts',
+  'test/observability/dashboards.test.ts',
+  'test/observability/promql.test.ts',
+  'test/observability/rules.test.ts',
+];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    globalSetup: ['test/global-setup.ts'],
     pool: 'forks',
     maxWorkers: 2,
     testTimeout: 30_000,
     hookTimeout: 60_000,
     reporters: ['default'],
     env: { OTEL_SDK_DISABLED: 'true' },
+    projects: [
+      { extends: true, test: { name: 'unit', include: unit } },
+      { extends: true, test: { name: 'chart', include: chart } },
+      {
+        extends: true,
+        test: {
+          name: 'integration',
+          include: ['test/**/*.test.ts'],
+          exclude: [...unit, ...chart],
+          globalSetup: ['test/global-setup.ts'],
+        },
+      },
+    ],
   },
 });

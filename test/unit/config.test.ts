@@ -14,10 +14,27 @@ describe('configuration from the environment', () => {
     expect(config).toMatchObject({
       port: 8080, metricsPort: 9464, redisKeyPrefix: '', spendManagementToken: undefined, logLevel: 'info',
       databasePoolSize: 10, spendManagementTimeoutMs: 2000, redisCommandTimeoutMs: 1000,
-      breaker: { errorThresholdPercentage: 50, volumeThreshold: 10, resetTimeoutMs: 10000, rollingWindowMs: 10000 },
+      breaker: { errorThresholdPercentage: 50, volumeThreshold: 3, resetTimeoutMs: 10000, rollingWindowMs: 30000 },
       partnerKeys: { kind: 'file', path: '/etc/partner-keys/partner-keys.json', pollIntervalMs: 5000 },
       drainDelayMs: 5000, shutdownTimeoutMs: 20000,
+      limits: {
+        rateLimitMax: 1200, rateLimitWindowMs: 60000, disablesInFlightPerNetwork: 8,
+        requestDeadlineMs: 25000, overloadMaxEventLoopDelayMs: 200,
+      },
+      pipeline: { batchesInFlight: 4, spendManagementMaxConcurrency: 16 },
+      worker: { pollIntervalMs: 2000, leaseMs: 15000, backoffBaseMs: 1000, backoffMaxMs: 20000, concurrency: 4 },
+      secretsManager: { connectTimeoutMs: 2000, requestTimeoutMs: 5000, maxAttempts: 3 },
     });
+  });
+
+  it('turns the rate limit off with RATE_LIMIT_MAX=0 and reads the Secrets Manager bounds', () => {
+    const config = loadConfig({
+      ...minimal, RATE_LIMIT_MAX: '0', SECRETS_MANAGER_CONNECT_TIMEOUT_MS: '250',
+      SECRETS_MANAGER_REQUEST_TIMEOUT_MS: '750', SECRETS_MANAGER_MAX_ATTEMPTS: '1',
+    });
+    expect(config.limits.rateLimitMax).toBe(0);
+    expect(config.secretsManager).toEqual({ connectTimeoutMs: 250, requestTimeoutMs: 750, maxAttempts: 1 });
+    expect(() => loadConfig({ ...minimal, SECRETS_MANAGER_MAX_ATTEMPTS: '0' })).toThrow(/SECRETS_MANAGER_MAX_ATTEMPTS must be between 1 and 10/);
   });
 
   for (const name of ['DATABASE_URL', 'REDIS_URL', 'SPEND_MANAGEMENT_URL']) {
@@ -30,11 +47,10 @@ describe('configuration from the environment', () => {
 
   it('refuses a URL of the wrong kind without echoing its value', () => {
     expect(() => loadConfig({ ...minimal, DATABASE_URL: 'mysql://u:secret@db/app' })).toThrow(/DATABASE_URL must use postgres:\/\/ or postgresql:\/\//);
-    try {
-      loadConfig({ ...minimal, DATABASE_URL: 'not a url with secret' });
-    } catch (error) {
-      expect((error as Error).message).toBe('DATABASE_URL is not a valid URL');
-    }
+    expect(() => loadConfig({ ...minimal, DATABASE_URL: 'not a url with secret' })).toThrow(new ConfigError('DATABASE_URL is not a valid URL'));
+    expect(() => loadConfig({ ...minimal, REDIS_URL: 'http://u:secret@cache' })).toThrow(
+      expect.objectContaining({ message: expect.not.stringContaining('secret') }),
+    );
   });
 
   it('wants exactly one partner-key source', () => {
