@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import yaml from 'js-yaml';
+import { promqlOfVariableQuery } from './promql.js';
 
 /** The observability files of the repository, read from the working tree (never from outside). */
 const repo = (path: string) => fileURLToPath(new URL(`../../${path}`, import.meta.url));
@@ -105,6 +106,21 @@ export function dashboardExpressions(file: string, dashboard: Dashboard) {
   return out;
 }
 
+/**
+ * Every PromQL expression of every dashboard, the PromQL inside variable queries unwrapped
+ * (variable queries that hold none, such as `label_values(namespace)`, left out).
+ */
+export function allDashboardExpressions(): { where: string; expr: string }[] {
+  return dashboardFiles().flatMap(({ file, dashboard }) =>
+    dashboard instanceof Error
+      ? []
+      : dashboardExpressions(file, dashboard).flatMap(({ where, expr, kind }) => {
+          const promql = kind === 'variable' ? promqlOfVariableQuery(expr) : expr;
+          return promql === '' && kind === 'variable' ? [] : [{ where, expr: promql }];
+        }),
+  );
+}
+
 // ------------------------------------------------------------------------------------------ rules
 
 export interface Rule {
@@ -126,6 +142,10 @@ export function ruleFile(): RuleFile {
 
 export function allRules(file: RuleFile = ruleFile()): Rule[] {
   return file.groups.flatMap((group) => group.rules);
+}
+
+export function ruleExpressions(rules: Rule[] = allRules()): { where: string; expr: string }[] {
+  return rules.map((r) => ({ where: `rule ${r.alert ?? r.record}`, expr: r.expr }));
 }
 
 export interface PromtoolTestFile {

@@ -1,6 +1,18 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import yaml from 'js-yaml';
 import { describe, expect, it } from 'vitest';
-import { allPanels, dashboardExpressions, dashboardFiles, type Dashboard, type GrafanaDatasource } from './artifacts.js';
-import { vectorSelectors } from './promql.js';
+import {
+  allDashboardExpressions,
+  allPanels,
+  dashboardExpressions,
+  dashboardFiles,
+  type Dashboard,
+  type GrafanaDatasource,
+} from './artifacts.js';
+import { stripGrafanaVariables, vectorSelectors } from './promql.js';
+import { promtoolRun } from './promtool.js';
 
 const files = dashboardFiles();
 const parsed = files.flatMap(({ file, dashboard }) => (dashboard instanceof Error ? [] : [{ file, dashboard }]));
@@ -125,6 +137,26 @@ describe('Grafana dashboards', () => {
           }
         }
       }
+    }
+  });
+
+  it('hold only expressions that Prometheus itself accepts, types included (promtool check rules)', async () => {
+    // Each expression becomes a recording rule of a throwaway file, so that Prometheus's own parser
+    // checks what the grammar alone cannot, such as rate() of an instant vector.
+    const expressions = allDashboardExpressions();
+    const rules = expressions.map(({ expr }, i) => ({ record: `dashboard:expression_${i}`, expr: stripGrafanaVariables(expr) }));
+    const dir = mkdtempSync(join(tmpdir(), 'pas-dashboards-'));
+    try {
+      const file = join(dir, 'dashboards.rules.yaml');
+      writeFileSync(file, yaml.dump({ groups: [{ name: 'dashboards', rules }] }));
+      const output = await promtoolRun('check', 'rules', file).catch((error: Error) => {
+        // name the panel behind promtool's "group 0, rule N" in the failure
+        const where = expressions.map((e, i) => `rule ${i + 1}: ${e.where}`).join('\n');
+        throw new Error(`${error.message}\n${where}`);
+      });
+      expect(output).toContain(`SUCCESS: ${rules.length} rules found`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

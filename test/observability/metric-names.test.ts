@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { allRules, dashboardExpressions, dashboardFiles } from './artifacts.js';
+import { allDashboardExpressions, allRules, ruleExpressions } from './artifacts.js';
 import { exportedMetricNames, metricNamesFromExposition } from './exported-metric-names.js';
-import { metricNamesOf, promqlOfVariableQuery } from './promql.js';
+import { metricNamesOf } from './promql.js';
 
 /**
  * Series the rules may read although the service does not export them: kube-state-metrics for the
@@ -56,14 +56,7 @@ describe('metric names in dashboards and rules', () => {
   });
 
   it('every dashboard query reads only metrics the service exports', () => {
-    const expressions = dashboardFiles().flatMap(({ file, dashboard }) =>
-      dashboard instanceof Error
-        ? []
-        : dashboardExpressions(file, dashboard).map((e) => ({
-            ...e,
-            expr: e.kind === 'variable' ? promqlOfVariableQuery(e.expr) : e.expr,
-          })),
-    );
+    const expressions = allDashboardExpressions();
     expect(expressions.length).toBeGreaterThan(30);
     const problems = unknownNames(expressions, (name) => exported.has(name));
     expect(problems, `unknown metric names in dashboards:\n${problems.join('\n')}`).toEqual([]);
@@ -72,7 +65,7 @@ describe('metric names in dashboards and rules', () => {
   it('every rule reads only exported metrics, series recorded by the file, or the short allowlist', () => {
     const rules = allRules();
     const recorded = new Set(rules.flatMap((r) => (r.record ? [r.record] : [])));
-    const expressions = rules.map((r) => ({ where: `rule ${r.alert ?? r.record}`, expr: r.expr }));
+    const expressions = ruleExpressions(rules);
     const problems = unknownNames(
       expressions,
       (name) => exported.has(name) || recorded.has(name) || ruleOnlyAllowlist.has(name),

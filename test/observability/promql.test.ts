@@ -1,18 +1,20 @@
 import { describe, expect, it } from 'vitest';
-import { metricNamesOf, promqlOfVariableQuery, stripGrafanaVariables, vectorSelectors } from './promql.js';
+import { allDashboardExpressions, ruleExpressions } from './artifacts.js';
+import { metricNamesOf, parsePromQL, promqlOfVariableQuery, stripGrafanaVariables, vectorSelectors } from './promql.js';
 
 describe('reading metric names out of PromQL', () => {
-  it('takes identifiers that are not followed by ( as metric names', () => {
+  it('takes vector selectors, never function names, as metric names', () => {
     expect(metricNamesOf('sum(rate(http_requests_total[5m])) / scalar(up)')).toEqual(['http_requests_total', 'up']);
   });
 
   it('does not take label names in matchers for metric names', () => {
-    const [selector] = vectorSelectors('foo_total{route=~"/partner/.+", status_code!="200"}');
+    const [selector] = vectorSelectors('foo_total{route=~"/partner/.+", status_code!="200", le!~`0\\..*`}');
     expect(selector).toEqual({
       name: 'foo_total',
       matchers: [
         { label: 'route', op: '=~', value: '/partner/.+' },
         { label: 'status_code', op: '!=', value: '200' },
+        { label: 'le', op: '!~', value: '0\\..*' },
       ],
     });
   });
@@ -36,10 +38,13 @@ describe('reading metric names out of PromQL', () => {
     expect(metricNamesOf(expr)).toEqual(['a_bucket', 'b', 'c', 'd']);
   });
 
-  it('reads recording-rule names with colons and __name__ matchers', () => {
+  it('reads recording-rule names with colons, __name__ matchers and quoted names', () => {
     expect(metricNamesOf('ns:requests:rate5m > 1')).toEqual(['ns:requests:rate5m']);
     expect(metricNamesOf('{__name__="x_total", job="a"}')).toEqual(['x_total']);
     expect(metricNamesOf('{job="a"}')).toEqual(['{job="a"}']);
+    expect(vectorSelectors('{"my.metric", "k8s.pod"=\'a\\tb\'}')).toEqual([
+      { name: 'my.metric', matchers: [{ label: 'k8s.pod', op: '=', value: 'a\tb' }] },
+    ]);
   });
 
   it('replaces Grafana variables before reading', () => {
@@ -47,7 +52,9 @@ describe('reading metric names out of PromQL', () => {
     expect(stripGrafanaVariables('increase(x[${__range}]) and y{a="${job:regex}", b="[[pod]]"}')).toBe(
       'increase(x[1m]) and y{a="GRAFANA_VARIABLE_job", b="GRAFANA_VARIABLE_pod"}',
     );
-    expect(metricNamesOf('sum(rate(x{job="$job"}[$__rate_interval]))')).toEqual(['x']);
+    expect(vectorSelectors('sum(rate(x{job="$job"}[$__rate_interval]))')).toEqual([
+      { name: 'x', matchers: [{ label: 'job', op: '=', value: 'GRAFANA_VARIABLE_job' }] },
+    ]);
     // a variable in place of a metric name is reported, not silently skipped
     expect(metricNamesOf('rate($metric[5m])')).toEqual(['GRAFANA_VARIABLE_metric']);
   });
@@ -58,8 +65,26 @@ describe('reading metric names out of PromQL', () => {
     expect(promqlOfVariableQuery('query_result(topk(5, x))')).toBe('topk(5, x)');
   });
 
-  it('rejects PromQL it cannot read', () => {
-    expect(() => vectorSelectors('x{job="a"')).toThrow(/unterminated/);
-    expect(() => vectorSelectors('x{job=a}')).toThrow(/quoted value/);
+  it('rejects PromQL that Prometheus would not parse, saying where', () => {
+    for (const bad of ['x{job="a"', 'x{job=a}', 'rate(x[5m]', 'sum(rate(no_such_function(x)[5m]))', 'a and', 'a b', '']) {
+      expect(() => parsePromQL(bad), JSON.stringify(bad)).toThrow(/PromQL syntax error at offset \d+/);
+    }
+    expect(() => metricNamesOf('sum(x) by (')).toThrow(/syntax error/);
+  });
+});
+
+describe('the PromQL of the rule file and the dashboards', () => {
+  it('parses, every expression', () => {
+    const expressions = [...ruleExpressions(), ...allDashboardExpressions()];
+    expect(expressions.length).toBeGreaterThan(60);
+    const problems = expressions.flatMap(({ where, expr }) => {
+      try {
+        parsePromQL(expr);
+        return [];
+      } catch (error) {
+        return [`${where}: ${(error as Error).message}`];
+      }
+    });
+    expect(problems, problems.join('\n')).toEqual([]);
   });
 });
