@@ -1,6 +1,6 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Logger } from 'pino';
-import type { Config } from '../config.js';
+import type { Config, SecretsManagerSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import { fileKeySource, secretsManagerKeySource, type KeySource } from './key-sources.js';
 import type { PartnerKeyStore } from './partner-keys.js';
@@ -11,26 +11,57 @@ export function createKeySource(config: Config, store: PartnerKeyStore, metrics:
   if (source.kind === 'file') {
     return fileKeySource({ store, metrics, log, path: source.path, pollIntervalMs: source.pollIntervalMs });
   }
-  const client = new SecretsManagerClient({});
+  const secret = createSecretReader(source.secretId, config.secretsManager, metrics);
   return secretsManagerKeySource({
     store,
     metrics,
     log,
     refreshIntervalMs: source.refreshIntervalMs,
-    fetchSecret: async () => {
-      const started = performance.now();
+    fetchSecret: secret.read,
+    release: secret.close,
+  });
+}
+
+/**
+ * The longest one GetSecretValue may take, all attempts together: each attempt is bounded by the
+ * connection and request time-outs, and the SDK's standard retry waits well under a second between
+ * the few attempts allowed here (jittered, 100 ms base).
+ */
+export function secretReadBoundMs(settings: SecretsManagerSettings): number {
+  return settings.maxAttempts * (settings.connectTimeoutMs + settings.requestTimeoutMs) + (settings.maxAttempts - 1) * 1_000;
+}
+
+/**
+ * One SecretsManagerClient with time-outs of its own: by default the SDK waits for a connection
+ * and an answer forever, and a request time-out only logs a warning unless told to throw. Region,
+ * credentials and endpoint (AWS_ENDPOINT_URL_SECRETS_MANAGER) come from the SDK's own environment.
+ * The client gets no logger: the answer holds every partner key.
+ */
+function createSecretReader(secretId: string, settings: SecretsManagerSettings, metrics: Metrics) {
+  const client = new SecretsManagerClient({
+    maxAttempts: settings.maxAttempts,
+    requestHandler: {
+      connectionTimeout: settings.connectTimeoutMs,
+      requestTimeout: settings.requestTimeoutMs,
+      throwOnRequestTimeout: true,
+    },
+  });
+  const boundMs = secretReadBoundMs(settings);
+  return {
+    async read(): Promise<string> {
+      const done = metrics.dependencyDuration.startTimer({ dependency: 'secrets_manager', operation: 'get_secret_value' });
       let outcome: 'ok' | 'error' = 'error';
       try {
-        const result = await client.send(new GetSecretValueCommand({ SecretId: source.secretId }));
+        const result = await client.send(new GetSecretValueCommand({ SecretId: secretId }), {
+          abortSignal: AbortSignal.timeout(boundMs),
+        });
         if (typeof result.SecretString !== 'string') throw new Error('secret has no string value');
         outcome = 'ok';
         return result.SecretString;
       } finally {
-        metrics.dependencyDuration.observe(
-          { dependency: 'secrets_manager', operation: 'get_secret_value', outcome },
-          (performance.now() - started) / 1000,
-        );
+        done({ outcome });
       }
     },
-  });
+    close: () => client.destroy(),
+  };
 }

@@ -121,11 +121,15 @@ export function fileKeySource(
 
 /**
  * AWS Secrets Manager, read through @aws-sdk/client-secrets-manager at start and refreshed on an
- * interval. `fetchSecret` is the one SDK call (see main.ts), passed in so this logic is testable
- * without AWS.
+ * interval. `fetchSecret` is the one SDK call (configured-key-source.ts) and `release` frees its
+ * client on stop; both are passed in so this logic is testable on its own.
  */
 export function secretsManagerKeySource(
-  deps: Omit<LoaderDeps, 'read' | 'source'> & { fetchSecret: () => Promise<string>; refreshIntervalMs: number },
+  deps: Omit<LoaderDeps, 'read' | 'source'> & {
+    fetchSecret: () => Promise<string>;
+    refreshIntervalMs: number;
+    release?: () => void;
+  },
 ): KeySource {
   const loader = createLoader({ ...deps, source: 'secrets_manager', read: deps.fetchSecret });
   let timer: NodeJS.Timeout | undefined;
@@ -137,6 +141,7 @@ export function secretsManagerKeySource(
     },
     stop() {
       clearInterval(timer);
+      deps.release?.();
     },
     reload: () => loader.refresh(),
   };

@@ -10,6 +10,7 @@ export function createInMemoryCampaignState(): CampaignStateStore & { hash(campa
   return {
     async markPaused(campaignIds) {
       for (const id of campaignIds) hashes.set(id, { ...hashes.get(id), paused: '1' });
+      return { confirmed: [...campaignIds] };
     },
     async close() {},
     hash: (campaignId) => hashes.get(campaignId),

@@ -1,5 +1,8 @@
-import { describe, expect, it } from 'vitest';
-import { secretsManagerKeySource } from '../../src/auth/key-sources.js';
+import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it, vi } from 'vitest';
+import { fileKeySource, secretsManagerKeySource } from '../../src/auth/key-sources.js';
 import { PartnerKeyStore } from '../../src/auth/partner-keys.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics } from '../../src/observability/metrics.js';
@@ -9,7 +12,8 @@ import { keysDocument, logCapture } from '../support/service.js';
 const networkId = '6f9619ff-8b86-4d01-b42d-00cf4fc964ff';
 
 // The Secrets Manager source's logic, with the one SDK call replaced by a function returning the
-// secret string (there is no AWS here; the SDK call itself is a single GetSecretValue in service.ts).
+// secret string. The SDK call itself (configured-key-source.ts) is tested end to end against a
+// local server in test/integration/secrets-manager.test.ts.
 function source(responses: Array<string | Error>) {
   const store = new PartnerKeyStore();
   const metrics = createMetrics({ collectDefaults: false });
@@ -82,5 +86,38 @@ describe('partner keys from AWS Secrets Manager', () => {
     await keySource.reload(); // fixed
     expect(await failed()).toBe('0');
     keySource.stop();
+  });
+});
+
+describe('partner keys from a file: the poll catches what the directory watch misses', () => {
+  it('reloads a change that raises no event in the watched directory', async () => {
+    // The service watches the key file's directory. Here that file is a symlink to a file in
+    // another directory, so rewriting the target changes nothing the watch can see: only the poll
+    // can pick the change up. A poll that is broken or not started fails this test.
+    const linkDir = mkdtempSync(join(tmpdir(), 'pas-keys-link-'));
+    const targetDir = mkdtempSync(join(tmpdir(), 'pas-keys-target-'));
+    const first = newApiKey();
+    const second = newApiKey();
+    const target = join(targetDir, 'partner-keys.json');
+    writeFileSync(target, keysDocument([{ key: first, networkId, name: 'one' }]));
+    symlinkSync(target, join(linkDir, 'partner-keys.json'));
+    const store = new PartnerKeyStore();
+    const metrics = createMetrics({ collectDefaults: false });
+    const logs = logCapture();
+    const keySource = fileKeySource({
+      store, metrics, log: createLogger('info', logs.stream), path: join(linkDir, 'partner-keys.json'), pollIntervalMs: 100,
+    });
+    try {
+      await keySource.start();
+      expect(store.lookup(first)?.name).toBe('one');
+      writeFileSync(target, keysDocument([{ key: second, networkId, name: 'two' }]));
+      await vi.waitFor(() => expect(store.lookup(second)?.name).toBe('two'), { timeout: 5_000, interval: 20 });
+      expect(store.lookup(first)).toBeUndefined();
+      expect(logs.records().map((r) => r.msg)).toEqual(['partner keys loaded', 'partner keys reloaded']);
+    } finally {
+      keySource.stop();
+      rmSync(linkDir, { recursive: true, force: true });
+      rmSync(targetDir, { recursive: true, force: true });
+    }
   });
 });
