@@ -110,20 +110,29 @@ async function phase(name: string, run: () => Promise<void>): Promise<void> {
   }
 }
 
-/** The production start command: the `start` script of package.json, run with this Node. */
-function startArgs(): string[] {
+/**
+ * The production start command: the `start` script of package.json (`[VAR=value …] node <args>`),
+ * run with this Node, so that flags added there (heap sizes, preloads) are measured too.
+ */
+function startCommand(): { args: string[]; env: Record<string, string> } {
   const start = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
   const words = start.trim().split(/\s+/);
-  if (words[0] !== 'node') throw new Error(`the start script does not begin with node: ${start}`);
-  return words.slice(1);
+  const env: Record<string, string> = {};
+  while (/^\w+=/.test(words[0] ?? '')) {
+    const [name, ...value] = words.shift()!.split('=');
+    env[name!] = value.join('=').replace(/^(['"])(.*)\1$/, '$2');
+  }
+  if (words[0] !== 'node') throw new Error(`the start script does not run node: ${start}`);
+  return { args: words.slice(1), env };
 }
 
 async function startService(name: string, env: Record<string, string>) {
   const port = await freePort();
   const metricsPort = await freePort();
+  const start = startCommand();
   const child = await startPinned({
     name,
-    args: startArgs(),
+    args: start.args,
     readyUrl: `http://127.0.0.1:${port}/readyz`,
     logFile: join(workDir, `${name}.log`),
     env: {
@@ -140,6 +149,7 @@ async function startService(name: string, env: Record<string, string>) {
       DRAIN_DELAY_MS: '0',
       OTEL_SDK_DISABLED: 'true',
       RATE_LIMIT_MAX: unreachableRateLimit,
+      ...start.env,
       ...env,
     },
   });
@@ -149,7 +159,8 @@ async function startService(name: string, env: Record<string, string>) {
 
 async function stop(child: Child): Promise<void> {
   const code = await child.stop();
-  children.splice(children.indexOf(child), 1);
+  const index = children.findIndex((running) => running.child === child.child);
+  if (index >= 0) children.splice(index, 1);
   if (code !== 0) failures.push(`${child.name} exited with ${code} on SIGTERM:\n${tail(child.logFile, 10)}`);
 }
 
@@ -214,8 +225,12 @@ await floor('enable', 'floor: enable (rate-limit EVALSHA + durable write) via no
 // ---------------------------------------------------------------------------------------------
 // The service, tracing off: enable, 401, disable latency, disables under load, memory
 
-/** Round trips to each store, from the service's dependency histogram (calls answered, not rejected). */
-const background = /ping|claim_due|pending_stats|release_owned/;
+/**
+ * Round trips to each store, from the service's dependency histogram (calls answered, not rejected
+ * by a breaker). Not counted for a disable: what runs on its own clock (the worker's claims, the
+ * pending-disables gauge, readiness pings); byOperation in the JSON keeps everything.
+ */
+const background = /\/(ping|claim_pending_disables|release_owned_disables|pending_disable_stats)$/;
 async function dependencyCalls(metricsUrl: string): Promise<Record<string, number>> {
   const text = await (await fetch(metricsUrl)).text();
   const calls: Record<string, number> = {};
