@@ -11,6 +11,15 @@ import { buildApp } from '../src/app.js';
 import { PartnerKeyStore } from '../src/auth/partner-keys.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createMetrics } from '../src/observability/metrics.js';
+import { loadConfig } from '../src/config.js';
+
+/** Only what loadConfig requires; the document depends on none of it. */
+const documentationEnvironment = {
+  DATABASE_URL: 'postgres://unused/none',
+  REDIS_URL: 'redis://unused',
+  SPEND_MANAGEMENT_URL: 'http://unused',
+  PARTNER_KEYS_FILE: '/dev/null',
+};
 
 export const openApiDocumentPath = fileURLToPath(new URL('../docs/openapi.json', import.meta.url));
 
@@ -21,9 +30,15 @@ export async function buildInertApp() {
     metrics: createMetrics({ collectDefaults: false }),
     keyStore: new PartnerKeyStore(),
     isReady: async () => false,
-    setAgentStatus: async () => {
-      throw new Error('setAgentStatus is never called while generating the OpenAPI document');
+    agentStatus: {
+      setAgentStatus: async () => {
+        throw new Error('never called while generating the OpenAPI document');
+      },
+      readAgentStatus: async () => {
+        throw new Error('never called while generating the OpenAPI document');
+      },
     },
+    limits: { ...loadConfig(documentationEnvironment).limits, rateLimitMax: 0, redis: undefined as never, keyPrefix: '' },
   });
 }
 

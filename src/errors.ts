@@ -1,10 +1,11 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { AgentNotInNetwork } from './agents/set-agent-status.js';
+import { AgentNotInNetwork, DisableIncomplete, DisableSuperseded, TooManyDisables } from './agents/set-agent-status.js';
 import { DependencyError } from './stores/dependency-error.js';
 
 /**
  * RFC 9457 problem details. Every error the service answers is one of these types; `type` is a
  * stable URN partners can match on, `detail` says what to fix, `requestId` ties it to our logs.
+ * A disable that committed its flag adds how far it got (CONTRACT.md section 7).
  */
 export interface Problem {
   type: string;
@@ -12,14 +13,20 @@ export interface Problem {
   status: number;
   detail: string;
   requestId: string;
+  pausedCampaignCount?: number;
+  remainingCampaignCount?: number;
 }
 
 export const problemTypes = {
-  validation: { status: 400, title: 'Invalid request body' },
+  validation: { status: 400, title: 'Invalid request' },
   unauthorized: { status: 401, title: 'Missing or unknown API key' },
   notFound: { status: 404, title: 'Not found' },
+  methodNotAllowed: { status: 405, title: 'Method not allowed' },
+  superseded: { status: 409, title: 'Superseded by a later enable' },
   payloadTooLarge: { status: 413, title: 'Request body too large' },
   unsupportedMediaType: { status: 415, title: 'Unsupported media type' },
+  rateLimited: { status: 429, title: 'Rate limit exceeded' },
+  tooManyDisables: { status: 429, title: 'Too many disables in flight' },
   dependencyFailure: { status: 500, title: 'Dependency failure' },
   internal: { status: 500, title: 'Internal error' },
   unavailable: { status: 503, title: 'Service unavailable' },
@@ -27,23 +34,29 @@ export const problemTypes = {
 
 export type ProblemKind = keyof typeof problemTypes;
 
-const typeUri = (kind: ProblemKind) =>
-  `urn:partner-agent-status:problem:${kind.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+const typeUri = (kind: ProblemKind) => `urn:partner-agent-status:problem:${kind.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
 
-export function problem(kind: ProblemKind, detail: string, requestId: string): Problem {
+export function problem(kind: ProblemKind, detail: string, requestId: string, extension?: Pick<Problem, 'pausedCampaignCount' | 'remainingCampaignCount'>): Problem {
   const { status, title } = problemTypes[kind];
-  return { type: typeUri(kind), title, status, detail, requestId };
+  return { type: typeUri(kind), title, status, detail, requestId, ...extension };
 }
 
 export function sendProblem(reply: FastifyReply, body: Problem): FastifyReply {
   return reply.code(body.status).type('application/problem+json').send(body);
 }
 
-/** What a 500 says, by where it happened; both stay true whatever the request was. */
-export const dependencyFailureDetails = {
-  // Spend management and Redis are only called by a disable, after the agent is disabled.
-  pause: 'A system holding campaign state did not confirm the pause. The agent is disabled; repeat the request to finish pausing its campaigns.',
+/** What a 500 or 409 says; each stays true whatever the request was. */
+export const problemDetails = {
+  pause:
+    'A system holding campaign state did not confirm every pause. The agent is disabled, and the service keeps pausing the remaining campaigns by itself; ' +
+    'GET /partner/agents/{agentId}/status shows the progress. Repeating the request is safe.',
+  deadline:
+    'The agent is disabled, but pausing its campaigns takes longer than one request may. The service keeps pausing them by itself; ' +
+    'GET /partner/agents/{agentId}/status shows the progress. Repeating the request is safe.',
   database: 'The database did not answer; the change may not have been made. Repeat the request: it is always safe to repeat.',
+  superseded: 'An enable of this agent was answered after this disable was requested, so this disable stopped pausing campaigns. The agent is enabled.',
+  rateLimited: 'Your network has used up its requests for this window. Wait for the number of seconds in Retry-After.',
+  unavailable: 'The service is overloaded or shutting down. Repeat the request after the number of seconds in Retry-After.',
 } as const;
 
 /** Raised by the auth hook; carries no trace of the key that was presented. */
@@ -61,16 +74,20 @@ interface AjvError {
   message?: string;
 }
 
-/** Turns the first Ajv error into a sentence a partner can act on. */
-function validationDetail(error: FastifyError): string {
+/** Turns the first Ajv error into a sentence a partner can act on, naming the route's own fields. */
+function validationDetail(error: FastifyError, request: FastifyRequest): string {
   const first = (error.validation as AjvError[] | undefined)?.[0];
   if (!first) return error.message;
-  const field = first.instancePath.replace(/^\//, '').replaceAll('/', '.') || 'body';
+  const part = error.validationContext === 'params' ? 'path' : 'body';
+  const field = first.instancePath.replace(/^\//, '').replaceAll('/', '.') || part;
   switch (first.keyword) {
     case 'required':
       return `${String(first.params.missingProperty)} is required`;
-    case 'additionalProperties':
-      return `unknown property "${String(first.params.additionalProperty)}"; only agentId and enabled are accepted`;
+    case 'additionalProperties': {
+      const schema = request.routeOptions.schema?.body as { properties?: Record<string, unknown> } | undefined;
+      const allowed = Object.keys(schema?.properties ?? {});
+      return `unknown property "${String(first.params.additionalProperty)}"; only ${allowed.join(' and ')} are accepted`;
+    }
     case 'pattern':
     case 'format':
       return field === 'agentId' ? 'agentId must have the form us-east-1:<uuid> (lowercase hexadecimal)' : `${field} is malformed`;
@@ -81,32 +98,66 @@ function validationDetail(error: FastifyError): string {
   }
 }
 
-/**
- * Maps every error to a problem. Fastify's own 4xx keep their status; dependency failures are
- * logged once here with their cause, and answered with a generic 500 that names no internals.
- */
-export function errorHandler(error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
+/** A problem for a domain error, or undefined when the error is not one of the domain's. */
+function domainProblem(error: unknown, request: FastifyRequest, reply: FastifyReply): Problem | undefined {
   const id = request.id;
-  if (error instanceof Unauthorized) return sendProblem(reply, problem('unauthorized', error.message, id));
-  if (error instanceof AgentNotInNetwork) {
-    return sendProblem(reply, problem('notFound', 'No agent with this agentId exists in your network.', id));
+  if (error instanceof Unauthorized) return problem('unauthorized', error.message, id);
+  if (error instanceof AgentNotInNetwork) return problem('notFound', 'No agent with this agentId exists in your network.', id);
+  if (error instanceof TooManyDisables) {
+    reply.header('retry-after', '1');
+    return problem('tooManyDisables', `Your network already has ${error.limit} agents being disabled. Repeat the request after the number of seconds in Retry-After.`, id);
+  }
+  if (error instanceof DisableSuperseded) {
+    return problem('superseded', problemDetails.superseded, id, { pausedCampaignCount: error.pausedCampaignCount });
+  }
+  if (error instanceof DisableIncomplete) {
+    const cause = error.runCause;
+    request.log.error(
+      {
+        ...(cause.kind === 'dependency'
+          ? { dependency: cause.error.dependency, reason: cause.error.reason, cause: cause.error.message }
+          : cause.kind === 'not_confirmed'
+            ? { dependency: cause.dependency, reason: 'not_confirmed' }
+            : { reason: cause.kind }),
+        pausedCampaignCount: error.pausedCampaignCount,
+        remainingCampaignCount: error.remainingCampaignCount,
+      },
+      'dependency failure',
+    );
+    const detail = cause.kind === 'deadline' || cause.kind === 'shutdown' ? problemDetails.deadline : problemDetails.pause;
+    return problem('dependencyFailure', detail, id, {
+      pausedCampaignCount: error.pausedCampaignCount,
+      ...(error.remainingCampaignCount === undefined ? {} : { remainingCampaignCount: error.remainingCampaignCount }),
+    });
   }
   if (error instanceof DependencyError) {
     request.log.error({ dependency: error.dependency, reason: error.reason, cause: error.message }, 'dependency failure');
-    const detail = error.dependency === 'postgres' ? dependencyFailureDetails.database : dependencyFailureDetails.pause;
-    return sendProblem(reply, problem('dependencyFailure', detail, id));
+    return problem('dependencyFailure', problemDetails.database, id);
   }
-  if (error.validation) return sendProblem(reply, problem('validation', validationDetail(error), id));
-  switch (error.code) {
-    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return sendProblem(reply, problem('unsupportedMediaType', 'Content-Type must be application/json.', id));
-    case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return sendProblem(reply, problem('payloadTooLarge', 'The request body must be at most 16 KiB.', id));
-    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return sendProblem(reply, problem('validation', 'body must be a JSON object', id));
-    case 'FST_ERR_CTP_INVALID_JSON_BODY':
-      return sendProblem(reply, problem('validation', 'body is not valid JSON', id));
-  }
+  return undefined;
+}
+
+const frameworkProblems: Record<string, [ProblemKind, string]> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: ['unsupportedMediaType', 'Content-Type must be application/json.'],
+  FST_ERR_CTP_BODY_TOO_LARGE: ['payloadTooLarge', 'The request body must be at most 16 KiB.'],
+  FST_ERR_CTP_EMPTY_JSON_BODY: ['validation', 'body must be a JSON object'],
+  FST_ERR_CTP_INVALID_JSON_BODY: ['validation', 'body is not valid JSON'],
+  FST_ERR_BAD_URL: ['validation', 'The request URL is malformed.'],
+  FST_ERR_MAX_PARAM_LENGTH: ['validation', 'A path parameter is too long.'],
+  FST_ERR_ASYNC_CONSTRAINT: ['validation', 'The request could not be routed.'],
+};
+
+/**
+ * Maps every error to a problem. Fastify's own 4xx keep their status; dependency failures are
+ * logged once here with their cause, and answered with a 500 that names no internals.
+ */
+export function errorHandler(error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
+  const id = request.id;
+  const domain = domainProblem(error, request, reply);
+  if (domain) return sendProblem(reply, domain);
+  if (error.validation) return sendProblem(reply, problem('validation', validationDetail(error, request), id));
+  const known = error.code ? frameworkProblems[error.code] : undefined;
+  if (known) return sendProblem(reply, problem(known[0], known[1], id));
   const status = error.statusCode ?? 500;
   if (status >= 400 && status < 500) {
     return sendProblem(reply, { ...problem('validation', error.message, id), status, title: 'Bad request' });

@@ -1,135 +1,200 @@
+import { hostname } from 'node:os';
+import { Redis } from 'ioredis';
+import pLimit from 'p-limit';
 import type { Logger } from 'pino';
-import { createSetAgentStatus } from './agents/set-agent-status.js';
+import { createConvergenceWorker } from './agents/convergence-worker.js';
+import { DisableRunner, maxBatchSize } from './agents/disable-runs.js';
+import { createAgentStatusUseCase } from './agents/set-agent-status.js';
 import { buildApp } from './app.js';
 import { createKeySource } from './auth/configured-key-source.js';
 import { PartnerKeyStore } from './auth/partner-keys.js';
 import type { Config } from './config.js';
-import { createMetrics, type Metrics } from './observability/metrics.js';
+import { createMetrics } from './observability/metrics.js';
 import { createMetricsServer } from './observability/metrics-server.js';
+import { createReadiness } from './readiness.js';
 import { createBreaker } from './stores/breaker.js';
 import { createRedisCampaignState, type CampaignStateStore } from './stores/campaign-state.js';
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
-import { createSpendManagementClient, isSpendManagementCallerError } from './stores/spend-management.js';
+import { createSpendManagementClient } from './stores/spend-management.js';
 
 export interface ServiceOptions {
   logger: Logger;
   /** Replaces the Redis-backed store (npm run dev uses an in-process one). */
   campaignState?: CampaignStateStore;
+  /** This replica's name in pending_disables.lease_owner (default: host name and pid). */
+  replicaId?: string;
 }
 
-const readinessTimeoutMs = 1_000;
+/**
+ * Resources the service owns, released in reverse order of acquisition: on close, and on every
+ * path of a start that fails half way.
+ */
+class Resources {
+  private readonly releases: Array<{ name: string; release: () => unknown }> = [];
+
+  own<T>(name: string, resource: T, release: (resource: T) => unknown): T {
+    this.releases.push({ name, release: () => release(resource) });
+    return resource;
+  }
+
+  async releaseAll(log: Logger): Promise<void> {
+    for (const { name, release } of this.releases.splice(0).reverse()) {
+      try {
+        await release();
+      } catch (error) {
+        log.warn({ resource: name, reason: (error as Error).message }, 'resource did not close cleanly');
+      }
+    }
+  }
+}
 
 /**
- * Wires the service from its configuration: the one place where stores, breakers, the key source
- * and the app meet. main.ts, npm run dev and the integration tests all start the service through
- * here, so tests exercise the production wiring.
+ * Wires the service from its configuration: the one place where stores, breakers, the key source,
+ * the worker and the app meet. main.ts, npm run dev and the integration tests all start the service
+ * through here, so tests exercise the production wiring.
  */
 export async function createService(config: Config, options: ServiceOptions) {
   const { logger } = options;
-  const metrics = createMetrics();
-  const keyStore = new PartnerKeyStore();
-  const keySource = createKeySource(config, keyStore, metrics, logger);
-  await keySource.start();
-
-  let pool;
+  const resources = new Resources();
   try {
-    pool = await createDatabasePool({
-      url: config.databaseUrl,
-      maxPoolSize: config.databasePoolSize,
-      statementTimeoutMs: config.databaseStatementTimeoutMs,
-    });
+    return await assemble(config, options, resources);
   } catch (error) {
-    keySource.stop();
+    await resources.releaseAll(logger);
     throw error;
   }
-  const agents = createAgentRepository(pool, metrics);
+}
+
+async function assemble(config: Config, options: ServiceOptions, resources: Resources) {
+  const { logger } = options;
+  const owner = options.replicaId ?? `${hostname()}:${process.pid}`;
+  const metrics = createMetrics();
+  const keyStore = new PartnerKeyStore();
+  const keySource = resources.own('partner keys', createKeySource(config, keyStore, metrics, logger), (source) => source.stop());
+  await keySource.start();
+
+  const poolOptions = { url: config.databaseUrl, statementTimeoutMs: config.databaseStatementTimeoutMs };
+  // Three pools, so that partner traffic can neither starve the worker nor turn readiness red.
+  const requestPool = resources.own('request pool', await createDatabasePool({ ...poolOptions, maxPoolSize: config.databasePoolSize }), (pool) => pool.end());
+  const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 2 }), (pool) => pool.end());
+  const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 1 }), (pool) => pool.end());
+  const agents = createAgentRepository(requestPool, metrics);
+  const workerAgents = createAgentRepository(workerPool, metrics);
+
+  const campaignState = resources.own(
+    'campaign state',
+    options.campaignState ??
+      createRedisCampaignState({ url: config.redisUrl, keyPrefix: config.redisKeyPrefix, commandTimeoutMs: config.redisCommandTimeoutMs, metrics }),
+    (store) => store.close(),
+  );
+  // The rate limit's own client: it must fail fast (fail open) and never queue while disconnected.
+  const rateLimitRedis = resources.own(
+    'rate-limit redis',
+    new Redis(config.redisUrl, {
+      protocol: 2,
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      commandTimeout: Math.min(config.redisCommandTimeoutMs, 250),
+      connectTimeout: 1_000,
+      retryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
+    }),
+    (client) => client.quit().catch(() => client.disconnect()),
+  );
+  rateLimitRedis.on('error', () => undefined);
+  rateLimitRedis.connect().catch(() => undefined);
 
   const spend = createSpendManagementClient({
     baseUrl: config.spendManagementUrl,
     token: config.spendManagementToken,
     timeoutMs: config.spendManagementTimeoutMs,
     metrics,
+    log: logger,
   });
-  const spendBreaker = createBreaker('spend_management', (ids: readonly string[]) => spend.pauseSpendingPeriods(ids), {
-    ...config.breaker,
-    // got makes at most two attempts of timeoutMs each; the breaker only backs that up.
-    timeoutMs: 2 * config.spendManagementTimeoutMs + 500,
-    operation: 'pause_spending_periods',
-    isCallerError: isSpendManagementCallerError,
-  }, metrics);
+  const spendBreaker = resources.own(
+    'spend-management breaker',
+    createBreaker('spend_management', (ids: readonly string[]) => spend.pauseSpendingPeriods(ids), { ...config.breaker, operation: 'pause_spending_periods' }, metrics),
+    ({ breaker }) => breaker.shutdown(),
+  );
+  const redisBreaker = resources.own(
+    'redis breaker',
+    createBreaker('redis', (ids: readonly string[]) => campaignState.markPaused(ids), { ...config.breaker, operation: 'mark_campaigns_paused' }, metrics),
+    ({ breaker }) => breaker.shutdown(),
+  );
+  // One bound on spend-management calls in flight for the whole replica, requests and worker.
+  const spendCapacity = pLimit(config.pipeline.spendManagementMaxConcurrency);
 
-  const campaignState =
-    options.campaignState ??
-    createRedisCampaignState({
-      url: config.redisUrl,
-      keyPrefix: config.redisKeyPrefix,
-      commandTimeoutMs: config.redisCommandTimeoutMs,
-      metrics,
-    });
-  const redisBreaker = createBreaker('redis', (ids: readonly string[]) => campaignState.markPaused(ids), {
-    ...config.breaker,
-    timeoutMs: config.redisCommandTimeoutMs * 2 + 500,
-    operation: 'mark_campaigns_paused',
-  }, metrics);
-
-  const setAgentStatus = createSetAgentStatus({
+  const runner = new DisableRunner(
+    {
+      pauseSpending: (ids) => spendCapacity(() => spendBreaker.fire(ids)),
+      markPausedInStore: (ids) => redisBreaker.fire(ids),
+    },
+    {
+      batchSize: maxBatchSize,
+      batchesInFlight: config.pipeline.batchesInFlight,
+      leaseMs: config.worker.leaseMs,
+      backoff: { baseMs: config.worker.backoffBaseMs, maxMs: config.worker.backoffMaxMs },
+      batchBudgetMs: config.spendManagementTimeoutMs + config.redisCommandTimeoutMs + config.databaseStatementTimeoutMs,
+      owner,
+    },
+    metrics,
+  );
+  // Released after the runs are over: claims still held go back to the queue at once.
+  resources.own('claims', owner, (name) =>
+    workerAgents.releaseOwned(name).then((count) => {
+      if (count > 0) logger.info({ count }, 'released pending disables for another replica');
+    }),
+  );
+  const useCase = createAgentStatusUseCase({
     agents,
-    pauseSpending: spendBreaker.fire,
-    markPausedInStore: redisBreaker.fire,
+    runner,
+    disablesInFlightPerNetwork: config.limits.disablesInFlightPerNetwork,
+    batchSize: maxBatchSize,
   });
+  const worker = createConvergenceWorker({ agents: workerAgents, runner, settings: config.worker, owner, metrics, log: logger });
 
-  let draining = false;
+  const readiness = createReadiness({ ping: () => createAgentRepository(probePool, metrics).ping(), keyStore, metrics });
   const app = await buildApp({
     logger,
     metrics,
     keyStore,
-    setAgentStatus,
-    isReady: async () => {
-      const ready = !draining && (await databaseAnswers());
-      metrics.ready.set(ready ? 1 : 0);
-      return ready;
-    },
+    agentStatus: useCase,
+    isReady: readiness.isReady,
+    limits: { ...config.limits, redis: rateLimitRedis, keyPrefix: config.redisKeyPrefix },
   });
-  const metricsServer = createMetricsServer(metrics);
+  const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
+  worker.start();
 
-  async function databaseAnswers(): Promise<boolean> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<false>((resolve) => {
-      timer = setTimeout(() => resolve(false), readinessTimeoutMs);
-    });
-    try {
-      return await Promise.race([agents.ping().then(() => true), timeout]);
-    } catch {
-      return false;
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  app.addHook('onClose', async () => {
-    keySource.stop();
-    spendBreaker.breaker.shutdown();
-    redisBreaker.breaker.shutdown();
-    await Promise.allSettled([pool.end(), campaignState.close(), metricsServer.close()]);
-  });
-
+  let closing: Promise<void> | undefined;
   return {
     app,
     metricsServer,
     metrics,
     keyStore,
     keySource,
+    worker,
+    runner,
     breakers: { spendManagement: spendBreaker.breaker, redis: redisBreaker.breaker },
     /** Readiness turns 503 so endpoints stop routing here; requests are still served. */
-    startDraining() {
-      draining = true;
-      metrics.ready.set(0);
-    },
+    startDraining: readiness.startDraining,
     get draining() {
-      return draining;
+      return readiness.draining;
     },
-    /** Stops taking requests, waits for those in flight, then closes every pool. */
-    close: () => app.close(),
+    /**
+     * Stops new work and finishes what is running within `timeoutMs`: the worker claims nothing
+     * more; disables stop between batches once they could not finish another one in time (they stay
+     * pending, released for another replica); the server finishes its requests; then every pool and
+     * client is closed, in reverse order, once nothing uses it any more.
+     */
+    close(timeoutMs = config.shutdownTimeoutMs): Promise<void> {
+      closing ??= (async () => {
+        runner.stopBy(Date.now() + timeoutMs - 1_000);
+        await worker.stop();
+        await app.close();
+        await runner.idle();
+        await resources.releaseAll(logger);
+      })();
+      return closing;
+    },
   };
 }
 

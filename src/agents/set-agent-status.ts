@@ -1,5 +1,7 @@
-import { trace, SpanStatusCode } from '@opentelemetry/api';
-import type { AgentRepository } from '../stores/database.js';
+import { randomUUID } from 'node:crypto';
+import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api';
+import type { AgentRepository, AgentStatusView } from '../stores/database.js';
+import type { DisableRunner, RunCause } from './disable-runs.js';
 
 /** The agent does not exist in the partner's network (whether or not it exists in another one). */
 export class AgentNotInNetwork extends Error {
@@ -9,10 +11,43 @@ export class AgentNotInNetwork extends Error {
   }
 }
 
+/** The network already has its allowance of disables running in this replica (CONTRACT.md section 10). */
+export class TooManyDisables extends Error {
+  override readonly name = 'TooManyDisables';
+  constructor(readonly limit: number) {
+    super(`at most ${limit} agents of one network are disabled at once`);
+  }
+}
+
+/** The agent is disabled, but not every campaign is paused yet; the service goes on by itself. */
+export class DisableIncomplete extends Error {
+  override readonly name = 'DisableIncomplete';
+  constructor(
+    readonly pausedCampaignCount: number,
+    readonly remainingCampaignCount: number | undefined,
+    readonly runCause: RunCause,
+  ) {
+    super(`disable incomplete: ${runCause.kind}`);
+  }
+}
+
+/** An enable answered after this disable was requested: its pausing stopped (CONTRACT.md section 9). */
+export class DisableSuperseded extends Error {
+  override readonly name = 'DisableSuperseded';
+  constructor(readonly pausedCampaignCount: number) {
+    super('disable superseded by a later enable');
+  }
+}
+
 export interface SetAgentStatusCommand {
   networkId: string;
   agentId: string;
   enabled: boolean;
+  /** The key's label and the response's x-request-id, for the audit trail. */
+  partnerName: string;
+  requestId: string | undefined;
+  /** Epoch ms by which the request must be answered. */
+  deadline: number;
 }
 
 export interface AgentStatus {
@@ -22,80 +57,139 @@ export interface AgentStatus {
   pausedCampaignCount: number;
 }
 
-/** The ports the use case needs; the stores implement them, tests may pass failing ones. */
 export interface AgentStatusDeps {
   agents: AgentRepository;
-  /** Spend management behind its breaker: pauses the spending periods of one batch. */
-  pauseSpending: (campaignIds: readonly string[]) => Promise<void>;
-  /** The key-value store behind its breaker: marks one batch paused. */
-  markPausedInStore: (campaignIds: readonly string[]) => Promise<void>;
-  batchSize?: number;
+  runner: DisableRunner;
+  disablesInFlightPerNetwork: number;
+  batchSize: number;
+  /** How often a request that waits for another replica's run looks again. */
+  waitPollMs?: number;
 }
 
-/** CONTRACT.md section 6: the spend-management API takes 1 to 100 ids a call. */
-export const maxBatchSize = 100;
 const tracer = trace.getTracer('partner-agent-status');
 
 /**
- * Enables or disables one agent of the partner's network (specification sections 3 and 4).
+ * Enables or disables one agent of the partner's network (specification sections 3 and 4;
+ * CONTRACT.md sections 7, 9 and 10).
  *
- * A disable commits agent_approved = false first, then pauses the agent's active, unpaused
- * campaigns in batches: spend management, then the key-value store, then the database, which is
- * the commit point. So a campaign paused in the database is paused everywhere; a failure leaves
- * the rest unpaused in the database, and repeating the request picks them up again (both remote
- * pauses are idempotent). Batches advance by campaign id, so one call touches each campaign once.
- *
- * Status changes of one agent are serialised within this process, so concurrent disables do not
- * repeat each other's remote calls; across processes the conditional UPDATE still counts each
- * campaign exactly once.
+ * Nothing here waits on anything before the statement that checks the network: a request of
+ * another network never joins, waits for or counts against this network's runs, so neither its
+ * latency nor its 404 tells anything about agents elsewhere.
  */
-export function createSetAgentStatus(deps: AgentStatusDeps) {
-  const batchSize = Math.min(deps.batchSize ?? maxBatchSize, maxBatchSize);
-  const inFlight = new Map<string, Promise<unknown>>();
+export function createAgentStatusUseCase(deps: AgentStatusDeps) {
+  const { agents, runner } = deps;
+  const waitPollMs = deps.waitPollMs ?? 200;
+  /** networkId → agentId → requests of that agent holding the network's allowance. */
+  const disabling = new Map<string, Map<string, number>>();
 
-  function serialised<T>(agentId: string, run: () => Promise<T>): Promise<T> {
-    const previous = inFlight.get(agentId) ?? Promise.resolve();
-    const next = previous.catch(() => undefined).then(run);
-    const tail = next.catch(() => undefined);
-    inFlight.set(agentId, tail);
-    void tail.then(() => {
-      if (inFlight.get(agentId) === tail) inFlight.delete(agentId);
-    });
-    return next;
-  }
-
-  async function disable(networkId: string, agentId: string): Promise<number> {
-    const agent = await deps.agents.disapprove(networkId, agentId, batchSize);
-    if (!agent) throw new AgentNotInNetwork();
-    let batch = agent.firstBatch;
-    let paused = 0;
-    while (batch.length > 0) {
-      await deps.pauseSpending(batch);
-      await deps.markPausedInStore(batch);
-      const result = await deps.agents.markPausedAndFetchNext(agentId, batch, batch.at(-1)!, batchSize);
-      paused += result.paused;
-      batch = result.next;
+  function reserve(networkId: string, agentId: string): () => void {
+    const local = runner.active(agentId);
+    if (local && local.networkId === networkId) return () => undefined; // joins a run: does not count
+    let agentsOfNetwork = disabling.get(networkId);
+    const holders = agentsOfNetwork?.get(agentId) ?? 0;
+    if (holders === 0 && (agentsOfNetwork?.size ?? 0) >= deps.disablesInFlightPerNetwork) {
+      throw new TooManyDisables(deps.disablesInFlightPerNetwork);
     }
-    return paused;
+    if (!agentsOfNetwork) disabling.set(networkId, (agentsOfNetwork = new Map()));
+    agentsOfNetwork.set(agentId, holders + 1);
+    return () => {
+      const left = (agentsOfNetwork.get(agentId) ?? 1) - 1;
+      if (left > 0) agentsOfNetwork.set(agentId, left);
+      else agentsOfNetwork.delete(agentId);
+      if (agentsOfNetwork.size === 0 && disabling.get(networkId) === agentsOfNetwork) disabling.delete(networkId);
+    };
   }
 
-  return function setAgentStatus(command: SetAgentStatusCommand): Promise<AgentStatus> {
+  function currentTraceParent(): string | null {
+    const carrier: Record<string, string> = {};
+    propagation.inject(context.active(), carrier);
+    return carrier.traceparent ?? null;
+  }
+
+  async function disable(command: SetAgentStatusCommand): Promise<number> {
+    const { networkId, agentId, deadline } = command;
+    const release = reserve(networkId, agentId);
+    try {
+      const claimToken = randomUUID();
+      const outcome = await agents.disable(
+        networkId,
+        agentId,
+        { partnerName: command.partnerName, requestId: command.requestId },
+        { ...runner.lease(claimToken), traceParent: currentTraceParent() },
+        deps.batchSize,
+      );
+      if (!outcome) throw new AgentNotInNetwork();
+      let paused = 0;
+      if (outcome.claimed) {
+        const end = await runner.run({ agentId, networkId, claimToken, agents, firstBatch: outcome.firstBatch, stopAt: deadline });
+        if (end.kind === 'completed') return end.paused;
+        if (end.kind === 'incomplete') throw new DisableIncomplete(end.paused, end.remaining, end.cause);
+        paused = end.paused;
+      }
+      return await waitForOtherRuns(command, outcome.changeId, paused);
+    } finally {
+      release();
+    }
+  }
+
+  /**
+   * Another run holds the claim (a repeated request, the worker, or another replica). Join it when
+   * it runs here; otherwise look again until the pending row is gone (finished, or superseded by
+   * an enable) or free to take over (its holder died or gave up), within the request's deadline.
+   */
+  async function waitForOtherRuns(command: SetAgentStatusCommand, changeId: string, pausedSoFar: number): Promise<number> {
+    const { networkId, agentId, deadline } = command;
+    let paused = pausedSoFar;
+    for (;;) {
+      if (await agents.enabledSince(agentId, changeId)) throw new DisableSuperseded(paused);
+      const local = runner.active(agentId);
+      if (local && local.networkId === networkId) {
+        const end = await local.done;
+        if (end.kind === 'completed') return paused;
+        if (end.kind === 'incomplete') throw new DisableIncomplete(paused, end.remaining, end.cause);
+        continue;
+      }
+      const claimToken = randomUUID();
+      const state = await agents.takeOver(agentId, runner.lease(claimToken));
+      if (state.claimed) {
+        const end = await runner.run({ agentId, networkId, claimToken, agents, stopAt: deadline });
+        if (end.kind === 'completed') return paused + end.paused;
+        if (end.kind === 'incomplete') throw new DisableIncomplete(paused + end.paused, end.remaining, end.cause);
+        paused += end.paused;
+        continue;
+      }
+      if (!state.pending) {
+        if (await agents.enabledSince(agentId, changeId)) throw new DisableSuperseded(paused);
+        return paused;
+      }
+      const left = deadline - Date.now();
+      if (left <= waitPollMs) {
+        throw new DisableIncomplete(paused, await agents.remainingCampaigns(agentId).catch(() => undefined), { kind: 'deadline' });
+      }
+      await new Promise((resolve) => setTimeout(resolve, waitPollMs));
+    }
+  }
+
+  function setAgentStatus(command: SetAgentStatusCommand): Promise<AgentStatus> {
     const { networkId, agentId, enabled } = command;
     return tracer.startActiveSpan('agent.set_status', async (span) => {
       span.setAttributes({ 'agent.id': agentId, 'network.id': networkId, 'agent.enabled': enabled });
       try {
-        const pausedCampaignCount = await serialised(agentId, async () => {
-          if (enabled) {
-            if (!(await deps.agents.approve(networkId, agentId))) throw new AgentNotInNetwork();
-            return 0;
+        let pausedCampaignCount = 0;
+        if (enabled) {
+          if (!(await agents.enable(networkId, agentId, { partnerName: command.partnerName, requestId: command.requestId }))) {
+            throw new AgentNotInNetwork();
           }
-          return disable(networkId, agentId);
-        });
+        } else {
+          pausedCampaignCount = await disable(command);
+        }
         span.setAttribute('campaigns.paused_count', pausedCampaignCount);
         return { agentId, networkId, enabled, pausedCampaignCount };
       } catch (error) {
-        if (!(error instanceof AgentNotInNetwork)) {
-          span.recordException(error as Error);
+        if (error instanceof DisableIncomplete || error instanceof DisableSuperseded) {
+          span.setAttribute('campaigns.paused_count', error.pausedCampaignCount);
+        }
+        if (!(error instanceof AgentNotInNetwork || error instanceof TooManyDisables)) {
           span.setStatus({ code: SpanStatusCode.ERROR, message: (error as Error).message });
         }
         throw error;
@@ -103,7 +197,15 @@ export function createSetAgentStatus(deps: AgentStatusDeps) {
         span.end();
       }
     });
-  };
+  }
+
+  async function readAgentStatus(networkId: string, agentId: string): Promise<AgentStatusView> {
+    const status = await agents.readStatus(networkId, agentId);
+    if (!status) throw new AgentNotInNetwork();
+    return status;
+  }
+
+  return { setAgentStatus, readAgentStatus };
 }
 
-export type SetAgentStatus = ReturnType<typeof createSetAgentStatus>;
+export type AgentStatusUseCase = ReturnType<typeof createAgentStatusUseCase>;

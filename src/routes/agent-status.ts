@@ -1,16 +1,43 @@
 import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { SetAgentStatus } from '../agents/set-agent-status.js';
-import type { PartnerKeyStore } from '../auth/partner-keys.js';
-import { createApiKeyHook } from '../auth/api-key-hook.js';
-import { dependencyFailureDetails } from '../errors.js';
+import type { onRequestAsyncHookHandler } from 'fastify';
+import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
+import { problemDetails } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
-import { problemResponse, ProblemSchema } from './problem-schema.js';
+import { problemResponse } from './problem-schema.js';
 
 export const agentIdPattern = '^us-east-1:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
 
 // Documentation only (the examples of the OpenAPI document); none of this is read at run time.
-const exampleAgentId = 'us-east-1:3f1c2b9e-5d4a-4e8f-9a7b-1c2d3e4f5a6b';
-const exampleNetworkId = '8d2f6a4c-1b3e-4f5a-9c7d-0e1f2a3b4c5d';
+export const exampleAgentId = 'us-east-1:3f1c2b9e-5d4a-4e8f-9a7b-1c2d3e4f5a6b';
+export const exampleNetworkId = '8d2f6a4c-1b3e-4f5a-9c7d-0e1f2a3b4c5d';
+
+const retryAfterHeader = {
+  'retry-after': { description: 'Seconds to wait before repeating the request.', schema: { type: 'integer', minimum: 1 } },
+};
+const rateLimitHeaders = {
+  'ratelimit-policy': { description: 'The IETF draft RateLimit-Policy field: `"partner";q=<requests>;w=<window seconds>` (present while a rate limit is configured).', schema: { type: 'string' } },
+  ratelimit: { description: 'The IETF draft RateLimit field: `"partner";r=<requests left>;t=<seconds until the window resets>`.', schema: { type: 'string' } },
+};
+
+/** The statuses every partner route shares beyond its own: the limits of CONTRACT.md section 10. */
+export const limitResponses = {
+  429: problemResponse(
+    429,
+    'Your network has used up its requests for this window (rate limit, counted across all replicas), or, on a disable, already has the maximum number of agents being disabled at once. Nothing was changed. Wait for `Retry-After` seconds.',
+    {
+      rateLimited: { summary: 'Rate limit exceeded', kind: 'rateLimited', detail: problemDetails.rateLimited },
+      tooManyDisables: {
+        summary: 'Too many disables in flight',
+        kind: 'tooManyDisables',
+        detail: 'Your network already has 8 agents being disabled. Repeat the request after the number of seconds in Retry-After.',
+      },
+    },
+    { ...retryAfterHeader, ...rateLimitHeaders },
+  ),
+  503: problemResponse(503, 'The service is overloaded or shutting down. Nothing was changed. Repeat after `Retry-After` seconds.', {
+    unavailable: { summary: 'Shedding load', kind: 'unavailable', detail: problemDetails.unavailable },
+  }, retryAfterHeader),
+};
 
 export const AgentStatusRequest = Type.Object(
   {
@@ -41,21 +68,24 @@ const operationDescription = [
   '',
   'An agent that is not in your network gets a 404 identical to the one for an agent that does not exist at all.',
   '',
-  'Repeating a request is always safe. A 500 means the request did not complete (on a disable, typically a system holding campaign state did not confirm a pause, so the agent may be disabled with some campaigns not yet paused): repeating the same request completes the job.',
+  'A disable the service has accepted is never lost. When it cannot pause every campaign within the request (a system holding campaign state failed or did not confirm some campaigns, or the work takes longer than the request may), it answers 500 with `pausedCampaignCount` and `remainingCampaignCount`, and goes on pausing the rest by itself: `GET /partner/agents/{agentId}/status` shows the progress. Repeating the request is always safe.',
+  '',
+  'An enable answered after a disable was requested supersedes it: that disable stops pausing and answers 409.',
 ].join('\n');
 
 export interface AgentStatusRouteDeps {
-  keyStore: PartnerKeyStore;
-  setAgentStatus: SetAgentStatus;
+  agentStatus: AgentStatusUseCase;
   metrics: Metrics;
+  /** Authentication and the rate limit (src/routes/partner-guard.ts). */
+  guard: onRequestAsyncHookHandler[];
+  requestDeadlineMs: number;
 }
 
-export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> = async (app, { keyStore, setAgentStatus, metrics }) => {
-  app.addSchema(ProblemSchema);
+export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> = async (app, { agentStatus, metrics, guard, requestDeadlineMs }) => {
   app.post(
     '/partner/agents/status',
     {
-      onRequest: createApiKeyHook(keyStore, metrics),
+      onRequest: guard,
       schema: {
         operationId: 'setAgentStatus',
         summary: 'Enable or disable an agent of your network',
@@ -101,13 +131,24 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
           415: problemResponse(415, 'The `Content-Type` is not `application/json`. Nothing was changed.', {
             notJson: { summary: 'Content-Type other than JSON', kind: 'unsupportedMediaType', detail: 'Content-Type must be application/json.' },
           }),
-          500: problemResponse(500, 'The request did not complete. On a disable the agent may already be disabled with some campaigns not yet paused. Repeat the same request (it is always safe) until it answers 200: that completes the job.', {
+          409: problemResponse(409, 'An enable of this agent was answered after this disable was requested: the disable stopped pausing campaigns (`pausedCampaignCount` says how many it paused before). The agent is enabled.', {
+            superseded: { summary: 'Superseded by a later enable', kind: 'superseded', detail: problemDetails.superseded, extension: { pausedCampaignCount: 12 } },
+          }),
+          ...limitResponses,
+          500: problemResponse(500, 'The request did not complete. On a disable whose agent is already disabled, `pausedCampaignCount` and `remainingCampaignCount` say how far it got, and the service goes on pausing the rest by itself (the status endpoint shows the progress). Repeating the request is always safe.', {
             pauseNotConfirmed: {
-              summary: 'A system holding campaign state did not confirm a pause',
+              summary: 'A system holding campaign state did not confirm every pause',
               kind: 'dependencyFailure',
-              detail: dependencyFailureDetails.pause,
+              detail: problemDetails.pause,
+              extension: { pausedCampaignCount: 200, remainingCampaignCount: 40 },
             },
-            databaseUnavailable: { summary: 'The database did not answer', kind: 'dependencyFailure', detail: dependencyFailureDetails.database },
+            deadline: {
+              summary: 'Pausing takes longer than one request may',
+              kind: 'dependencyFailure',
+              detail: problemDetails.deadline,
+              extension: { pausedCampaignCount: 9000, remainingCampaignCount: 3000 },
+            },
+            databaseUnavailable: { summary: 'The database did not answer', kind: 'dependencyFailure', detail: problemDetails.database },
             unexpected: { summary: 'An unexpected error', kind: 'internal', detail: 'An unexpected error occurred.' },
           }),
         },
@@ -121,21 +162,36 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
         },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const partner = request.partner!;
       const { agentId, enabled } = request.body;
       request.audit.agentId = agentId;
       request.audit.enabled = enabled;
       try {
-        const status = await setAgentStatus({ networkId: partner.networkId, agentId, enabled });
+        const status = await agentStatus.setAgentStatus({
+          networkId: partner.networkId,
+          agentId,
+          enabled,
+          partnerName: partner.name,
+          requestId: request.id,
+          deadline: Date.now() + requestDeadlineMs - reply.elapsedTime,
+        });
         request.audit.outcome = 'updated';
         metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: 'updated' });
         if (status.pausedCampaignCount > 0) metrics.campaignsPaused.inc({ partner: partner.name }, status.pausedCampaignCount);
         return status;
       } catch (error) {
-        const outcome = (error as Error).name === 'AgentNotInNetwork' ? 'not_found' : 'failed';
+        const name = (error as Error).name;
+        if (name === 'TooManyDisables') {
+          request.audit.outcome = 'limited';
+          metrics.requestsLimited.inc({ partner: partner.name, limit: 'disables_in_flight' });
+          throw error;
+        }
+        const outcome = name === 'AgentNotInNetwork' ? 'not_found' : name === 'DisableSuperseded' ? 'superseded' : 'failed';
         request.audit.outcome = outcome;
         metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome });
+        const paused = (error as { pausedCampaignCount?: number }).pausedCampaignCount;
+        if (paused) metrics.campaignsPaused.inc({ partner: partner.name }, paused);
         throw error;
       }
     },

@@ -16,6 +16,15 @@ export const ProblemSchema = Type.Object(
     status: Type.Integer({ minimum: 400, maximum: 599, description: 'The HTTP status code of the response.' }),
     detail: Type.String({ description: 'What went wrong with this request and how to fix it.' }),
     requestId: Type.String({ description: 'The `x-request-id` of the request; quote it to support.' }),
+    pausedCampaignCount: Type.Optional(
+      Type.Integer({ minimum: 0, description: 'On a disable that did not finish (500) or was superseded (409): campaigns this call paused.' }),
+    ),
+    remainingCampaignCount: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description: 'On a disable that did not finish (500): active, unpaused campaigns of the agent still to pause. The service goes on pausing them by itself.',
+      }),
+    ),
   },
   {
     $id: 'Problem',
@@ -32,6 +41,7 @@ export interface ProblemExample {
   summary: string;
   kind: ProblemKind;
   detail: string;
+  extension?: Pick<Problem, 'pausedCampaignCount' | 'remainingCampaignCount'>;
 }
 
 /**
@@ -40,11 +50,11 @@ export interface ProblemExample {
  * Examples are built with `problem()` itself, so their `type`, `title` and `status` are the ones
  * the service sends.
  */
-export function problemResponse(status: number, description: string, examples: Record<string, ProblemExample>) {
+export function problemResponse(status: number, description: string, examples: Record<string, ProblemExample>, headers?: Record<string, unknown>) {
   const built: Record<string, { summary: string; value: Problem }> = {};
   const kinds = new Set<ProblemKind>();
-  for (const [name, { summary, kind, detail }] of Object.entries(examples)) {
-    const value = problem(kind, detail, exampleRequestId);
+  for (const [name, { summary, kind, detail, extension }] of Object.entries(examples)) {
+    const value = problem(kind, detail, exampleRequestId, extension);
     if (value.status !== status) throw new Error(`example ${name} of the ${status} response is a ${value.status} problem`);
     built[name] = { summary, value };
     kinds.add(kind);
@@ -52,6 +62,7 @@ export function problemResponse(status: number, description: string, examples: R
   const types = [...kinds].map((kind) => `\`${problem(kind, '', '').type}\` (${problemTypes[kind].title})`).join(', ');
   return {
     description: `${description} Problem type${kinds.size > 1 ? 's' : ''}: ${types}.`,
+    ...(headers ? { headers } : {}),
     content: { 'application/problem+json': { schema: Type.Ref(ProblemSchema), examples: built } },
   };
 }

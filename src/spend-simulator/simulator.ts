@@ -51,6 +51,8 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
   let delayMs = 1_000;
   let failStatus = 503;
   let failAfter = 0;
+  /** Campaigns the simulator leaves out of `paused` (an answer about single campaigns). */
+  const refused = new Set<string>();
 
   app.post('/v1/spending-periods/pause', { schema: { body: PauseBody } }, async (request, reply) => {
     if (options.token && request.headers.authorization !== `Bearer ${options.token}`) {
@@ -73,8 +75,9 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     else if (mode === 'fail') return reply.code(failStatus).send({ error: 'simulated failure' });
     if (mode === 'hang') return new Promise<never>(() => undefined); // ends when the server closes
     if (mode === 'slow') await new Promise((resolve) => setTimeout(resolve, delayMs));
-    for (const id of request.body.campaignIds) paused.add(id);
-    return { paused: request.body.campaignIds };
+    const accepted = request.body.campaignIds.filter((id) => !refused.has(id));
+    for (const id of accepted) paused.add(id);
+    return { paused: accepted };
   });
 
   app.get('/healthz', async () => ({ status: 'ok' }));
@@ -94,8 +97,14 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     paused: request.body.campaignIds.filter((id) => paused.has(id)),
   }));
   app.get('/_simulator/requests', async () => ({ requests }));
+  app.put('/_simulator/refused', { schema: { body: Type.Object({ campaignIds: Type.Array(Type.String(), { maxItems: 10_000 }) }) } }, async (request) => {
+    refused.clear();
+    for (const id of request.body.campaignIds) refused.add(id);
+    return { refused: [...refused] };
+  });
   app.post('/_simulator/reset', async () => {
     paused.clear();
+    refused.clear();
     requests = [];
     mode = 'ok';
     delayMs = 1_000;
@@ -108,6 +117,11 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     simulator: {
       isPaused: (id: string) => paused.has(id),
       requests: () => requests,
+      /** Leaves these campaigns out of `paused` from now on (none: every campaign is paused again). */
+      refuse(campaignIds: readonly string[]) {
+        refused.clear();
+        for (const id of campaignIds) refused.add(id);
+      },
       setMode(next: SimulatorMode, settings: { delayMs?: number; failStatus?: number; failAfter?: number } = {}) {
         mode = next;
         delayMs = settings.delayMs ?? delayMs;

@@ -6,27 +6,30 @@ import { DependencyError } from './dependency-error.js';
 export type BreakerName = 'spend_management' | 'redis';
 
 /**
- * One opossum breaker per dependency, created once at start. Its metrics (state gauge, event
- * counters) live on the app's registry. `timeoutMs` is a backstop above the client's own timeout:
- * the client cancels its request; the breaker only guarantees that a call never outlives it.
+ * One opossum breaker per dependency, created once at start and shared by requests and the worker.
+ * - The client owns the time-out (opossum's own is off): a hung call fails once, as one failure,
+ *   and opossum never aborts other calls through a shared controller.
+ * - Answers about single campaigns resolve (the action returns what was confirmed), so they count
+ *   as successes: only a failure of the dependency itself can open the breaker.
+ * - volumeThreshold and the rolling window are set so that a sequential caller opens it: with
+ *   the defaults, three failed calls within 30 s.
  * An open breaker rejects at once with a DependencyError (mapped to 500 by the route).
  */
 export function createBreaker<A extends unknown[], R>(
   name: BreakerName,
   action: (...args: A) => Promise<R>,
-  settings: BreakerSettings & { timeoutMs: number; operation: string; isCallerError?: (error: unknown) => boolean },
+  settings: BreakerSettings & { operation: string },
   metrics: Metrics,
 ): { fire: (...args: A) => Promise<R>; breaker: CircuitBreaker<A, R> } {
   const breaker = new CircuitBreaker<A, R>(action, {
     name,
-    timeout: settings.timeoutMs,
+    timeout: false,
     errorThresholdPercentage: settings.errorThresholdPercentage,
     volumeThreshold: settings.volumeThreshold,
     resetTimeout: settings.resetTimeoutMs,
     rollingCountTimeout: settings.rollingWindowMs,
     rollingCountBuckets: 10,
-    // A request the dependency refused as malformed says nothing about its health.
-    errorFilter: settings.isCallerError,
+    allowWarmUp: false,
   });
 
   metrics.breakerState.set({ breaker: name }, breakerStateValue.closed);
@@ -48,7 +51,6 @@ export function createBreaker<A extends unknown[], R>(
         metrics.dependencyDuration.observe({ dependency: name, operation: settings.operation, outcome: 'rejected' }, 0);
         throw new DependencyError(name, 'breaker_open', 'circuit open, call not attempted');
       }
-      if (code === 'ETIMEDOUT') throw new DependencyError(name, 'timeout', `no answer within ${settings.timeoutMs} ms`);
       throw new DependencyError(name, 'unavailable', code ?? (error as Error).message);
     }
   }

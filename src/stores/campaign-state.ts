@@ -1,11 +1,15 @@
-import { Redis } from 'ioredis';
+import { Redis, ReplyError } from 'ioredis';
 import type { Metrics } from '../observability/metrics.js';
-import { DependencyError } from './dependency-error.js';
+import { DependencyError, timedCall } from './dependency-error.js';
 
 /** The key-value store's view of campaigns (CONTRACT.md section 5: hash `campaign:<id>`). */
 export interface CampaignStateStore {
-  /** Sets `paused` = `1` on every campaign's hash (creating it when absent), in one round trip. */
-  markPaused(campaignIds: readonly string[]): Promise<void>;
+  /**
+   * Sets `paused` = `1` on every campaign's hash (creating it when absent), in one round trip.
+   * Resolves with the campaigns Redis confirmed; a key Redis refused (an error reply such as
+   * WRONGTYPE) is left out, and only a failure of Redis itself (connection, time-out) rejects.
+   */
+  markPaused(campaignIds: readonly string[]): Promise<{ confirmed: string[] }>;
   close(): Promise<void>;
 }
 
@@ -57,30 +61,31 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
 
   return {
     client,
-    async markPaused(campaignIds) {
-      const started = performance.now();
-      let outcome: 'ok' | 'error' = 'error';
-      try {
-        await connected();
-        const pipeline = client.pipeline();
-        for (const id of campaignIds) pipeline.hset(campaignKey(id), 'paused', '1');
-        const results = (await pipeline.exec()) ?? [];
-        const failed = results.find(([error]) => error);
-        if (failed || results.length !== campaignIds.length) {
-          throw new DependencyError('redis', 'bad_response', failed?.[0]?.name ?? 'incomplete pipeline');
-        }
-        outcome = 'ok';
-      } catch (error) {
-        if (error instanceof DependencyError) throw error;
-        const message = (error as Error).message ?? '';
-        throw new DependencyError('redis', /timed? ?out/i.test(message) ? 'timeout' : 'unavailable', message.slice(0, 120));
-      } finally {
-        options.metrics.dependencyDuration.observe(
-          { dependency: 'redis', operation: 'mark_campaigns_paused', outcome },
-          (performance.now() - started) / 1000,
-        );
-      }
-    },
+    markPaused: (campaignIds) =>
+      timedCall(
+        options.metrics,
+        'redis',
+        'mark_campaigns_paused',
+        async () => {
+          await connected();
+          const pipeline = client.pipeline();
+          for (const id of campaignIds) pipeline.hset(campaignKey(id), 'paused', '1');
+          const results = (await pipeline.exec()) ?? [];
+          if (results.length !== campaignIds.length) throw new DependencyError('redis', 'bad_response', 'incomplete pipeline');
+          const confirmed: string[] = [];
+          results.forEach(([error], index) => {
+            // A reply error is Redis's answer about that one key; any other error (time-out,
+            // connection lost) means Redis itself did not answer.
+            if (!error) confirmed.push(campaignIds[index]!);
+            else if (!(error instanceof ReplyError)) throw error;
+          });
+          return { confirmed };
+        },
+        (error) => {
+          const message = (error as Error).message ?? '';
+          return new DependencyError('redis', /timed? ?out/i.test(message) ? 'timeout' : 'unavailable', message.slice(0, 120));
+        },
+      ),
     async close() {
       await client.quit().catch(() => client.disconnect());
     },

@@ -1,3 +1,7 @@
+import type { DependencyName, Metrics } from '../observability/metrics.js';
+
+export type DependencyFailure = 'breaker_open' | 'timeout' | 'unavailable' | 'bad_response' | 'unauthorized' | 'constraint' | 'error';
+
 /**
  * A dependency (spend management, Redis, PostgreSQL) failed or its breaker is open. Carries only
  * what is safe to log: which dependency, what kind of failure, an HTTP status or error code. The
@@ -7,12 +11,39 @@
 export class DependencyError extends Error {
   override readonly name = 'DependencyError';
   constructor(
-    readonly dependency: 'spend_management' | 'redis' | 'postgres',
-    readonly reason: 'breaker_open' | 'timeout' | 'bad_response' | 'unavailable',
+    readonly dependency: 'spend_management' | 'redis' | 'postgres' | 'secrets_manager',
+    readonly reason: DependencyFailure,
     detail: string,
     /** The HTTP status a dependency answered with, when it answered. */
     readonly status?: number,
   ) {
     super(`${dependency} ${reason}: ${detail}`);
+  }
+
+  /** `<dependency>:<error class>`, as kept in pending_disables.last_error. */
+  get summary(): string {
+    return `${this.dependency}:${this.reason}`;
+  }
+}
+
+/**
+ * The one timing wrapper for dependency calls: observes dependency_request_duration_seconds with
+ * the call's outcome and turns whatever the call threw into a DependencyError.
+ */
+export async function timedCall<T>(
+  metrics: Metrics,
+  dependency: DependencyName,
+  operation: string,
+  run: () => Promise<T>,
+  toError: (error: unknown) => DependencyError,
+): Promise<T> {
+  const stop = metrics.dependencyDuration.startTimer({ dependency, operation });
+  try {
+    const result = await run();
+    stop({ outcome: 'ok' });
+    return result;
+  } catch (error) {
+    stop({ outcome: 'error' });
+    throw error instanceof DependencyError ? error : toError(error);
   }
 }

@@ -1,11 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import got, { HTTPError, RequestError, type Got } from 'got';
+import type { Logger } from 'pino';
 import type { Metrics } from '../observability/metrics.js';
-import { DependencyError } from './dependency-error.js';
+import { DependencyError, timedCall } from './dependency-error.js';
 
 export interface SpendManagementClient {
-  /** Pauses the spending periods of 1 to 100 campaigns; resolves when all are paused. */
-  pauseSpendingPeriods(campaignIds: readonly string[]): Promise<void>;
+  /**
+   * Pauses the spending periods of 1 to 100 campaigns. Resolves with the campaigns spend
+   * management confirmed in `paused`; one it leaves out is an answer about that campaign, not a
+   * failure. Any status but 200, a network error or a time-out rejects (a failure of the batch).
+   */
+  pauseSpendingPeriods(campaignIds: readonly string[]): Promise<{ confirmed: string[] }>;
 }
 
 export interface SpendManagementOptions {
@@ -13,65 +18,59 @@ export interface SpendManagementOptions {
   token: string | undefined;
   timeoutMs: number;
   metrics: Metrics;
+  log: Logger;
 }
 
 /**
- * The spend-management API (CONTRACT.md section 6) over got. Explicit timeout per attempt; one
- * retry, which is safe because pausing is idempotent and the idempotency key is the same on the
- * retry. Errors leave this module as DependencyError carrying status or code only.
+ * The spend-management API (CONTRACT.md section 6) over got. One attempt per call, bounded by an
+ * explicit time-out: a retry inside the call would double every hang and hide attempts from the
+ * breaker; retrying is the job of the request's repeat and of the worker, with backoff. Errors
+ * leave this module as DependencyError carrying status or code only, never the request (which
+ * holds the bearer token).
  */
 export function createSpendManagementClient(options: SpendManagementOptions): SpendManagementClient {
   const http: Got = got.extend({
     prefixUrl: options.baseUrl,
     timeout: { request: options.timeoutMs },
-    retry: { limit: 1, methods: ['POST'], statusCodes: [408, 429, 500, 502, 503, 504], calculateDelay: ({ computedValue }) => (computedValue ? 50 : 0) },
+    retry: { limit: 0 },
     headers: options.token ? { authorization: `Bearer ${options.token}` } : {},
     responseType: 'json',
     throwHttpErrors: true,
   });
 
-  return {
-    async pauseSpendingPeriods(campaignIds) {
-      const started = performance.now();
-      let outcome: 'ok' | 'error' = 'error';
-      try {
-        const response = await http.post('v1/spending-periods/pause', {
-          json: { campaignIds, reason: 'agent-disabled' },
-          headers: { 'idempotency-key': randomUUID() },
-        });
-        const body = response.body as { paused?: unknown };
-        const paused = new Set(Array.isArray(body?.paused) ? body.paused : []);
-        const missing = campaignIds.filter((id) => !paused.has(id));
-        if (missing.length > 0) {
-          throw new DependencyError('spend_management', 'bad_response', `${missing.length} of ${campaignIds.length} campaigns not confirmed paused`);
-        }
-        outcome = 'ok';
-      } catch (error) {
-        throw toDependencyError(error);
-      } finally {
-        options.metrics.dependencyDuration.observe(
-          { dependency: 'spend_management', operation: 'pause_spending_periods', outcome },
-          (performance.now() - started) / 1000,
-        );
+  function toDependencyError(error: unknown): DependencyError {
+    if (error instanceof HTTPError) {
+      const status = error.response.statusCode;
+      if (status === 401 || status === 403) {
+        options.metrics.spendManagementAuthFailures.inc({ status: String(status) });
+        options.log.error({ dependency: 'spend_management', status }, 'spend management refused our credentials: check SPEND_MANAGEMENT_TOKEN');
+        return new DependencyError('spend_management', 'unauthorized', `HTTP ${status}`, status);
       }
-    },
+      return new DependencyError('spend_management', 'bad_response', `HTTP ${status}`, status);
+    }
+    if (error instanceof RequestError) {
+      return new DependencyError('spend_management', error.code === 'ETIMEDOUT' ? 'timeout' : 'unavailable', error.code);
+    }
+    return new DependencyError('spend_management', 'unavailable', (error as Error).name);
+  }
+
+  return {
+    pauseSpendingPeriods: (campaignIds) =>
+      timedCall(
+        options.metrics,
+        'spend_management',
+        'pause_spending_periods',
+        async () => {
+          const response = await http.post('v1/spending-periods/pause', {
+            json: { campaignIds, reason: 'agent-disabled' },
+            headers: { 'idempotency-key': randomUUID() },
+          });
+          const body = response.body as { paused?: unknown };
+          if (!Array.isArray(body?.paused)) throw new DependencyError('spend_management', 'bad_response', 'no "paused" list in the answer');
+          const paused = new Set(body.paused);
+          return { confirmed: campaignIds.filter((id) => paused.has(id)) };
+        },
+        toDependencyError,
+      ),
   };
-}
-
-function toDependencyError(error: unknown): DependencyError {
-  if (error instanceof DependencyError) return error;
-  if (error instanceof HTTPError) {
-    const status = error.response.statusCode;
-    return new DependencyError('spend_management', 'bad_response', `HTTP ${status}`, status);
-  }
-  if (error instanceof RequestError) {
-    return new DependencyError('spend_management', error.code === 'ETIMEDOUT' ? 'timeout' : 'unavailable', error.code);
-  }
-  return new DependencyError('spend_management', 'unavailable', (error as Error).name);
-}
-
-/** 4xx answers other than 408/429 mean our request was refused, not that the service is down. */
-export function isSpendManagementCallerError(error: unknown): boolean {
-  const status = error instanceof DependencyError ? error.status : undefined;
-  return status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
 }

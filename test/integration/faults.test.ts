@@ -57,7 +57,10 @@ describe('spend management failing', () => {
     const failed = await disable(agentId);
     expect(failed.statusCode).toBe(500);
     expect(failed.headers['content-type']).toMatch(/^application\/problem\+json/);
-    expect(failed.json()).toMatchObject({ status: 500, title: 'Dependency failure', detail: expect.stringMatching(/The agent is disabled; repeat the request/) });
+    expect(failed.json()).toMatchObject({
+      status: 500, title: 'Dependency failure', detail: expect.stringMatching(/The agent is disabled, and the service keeps pausing/),
+      pausedCampaignCount: 0, remainingCampaignCount: 150,
+    });
     expect(await db.agentApproved(agentId)).toBe(false);
     expect((await db.pausedIds(agentId)).size).toBe(0);
     expect(await svc.pausedInRedis(ids.slice(0, 5))).toEqual([false, false, false, false, false]);
@@ -75,10 +78,14 @@ describe('spend management failing', () => {
     await db.campaigns(agentId, 250);
     svc.simulator.simulator.setMode('fail', { failAfter: 1, failStatus: 502 });
 
-    expect((await disable(agentId)).statusCode).toBe(500);
+    const failed = await disable(agentId);
+    expect(failed.statusCode).toBe(500);
+    expect(failed.json()).toMatchObject({ pausedCampaignCount: 100, remainingCampaignCount: 150 });
     expect((await db.pausedIds(agentId)).size).toBe(100);
     await expectPausedInDatabaseImpliesEverywhere(agentId);
 
+    // Two batches in flight failed together: that opens the breaker (tested on its own below).
+    await resetBreakers();
     svc.simulator.simulator.setMode('ok');
     const retried = await disable(agentId);
     expect(retried.json().pausedCampaignCount).toBe(150);
@@ -93,7 +100,7 @@ describe('spend management failing', () => {
     svc.simulator.simulator.setMode('hang');
     const started = Date.now();
     const failed = await disable(agentId);
-    // Two attempts of SPEND_MANAGEMENT_TIMEOUT_MS (300 ms here) each, plus a little.
+    // One attempt of SPEND_MANAGEMENT_TIMEOUT_MS (300 ms here): a time-out is never retried inside a call.
     expect(failed.statusCode).toBe(500);
     expect(Date.now() - started).toBeLessThan(3_000);
     expect((await db.pausedIds(agentId)).size).toBe(0);

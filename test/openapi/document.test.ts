@@ -103,7 +103,7 @@ describe('the document is valid OpenAPI 3.1', () => {
 
 describe('the document is a partner reference', () => {
   it('documents the partner routes only: not the probes', () => {
-    expect(Object.keys(generated.paths).sort()).toEqual(['/partner/agents/status', '/partner/openapi.json']);
+    expect(Object.keys(generated.paths).sort()).toEqual(['/partner/agents/status', '/partner/agents/{agentId}/status', '/partner/openapi.json']);
   });
 
   it('gives every operation an operationId, a summary, a description and a tag, and every response a description', () => {
@@ -147,12 +147,12 @@ describe('the document is a partner reference', () => {
 
   it('documents 200 and every error of the status operation, errors as problem+json with the shared Problem schema', () => {
     const responses = generated.paths[statusPath].post.responses;
-    expect(Object.keys(responses).sort()).toEqual(['200', '400', '401', '404', '413', '415', '500']);
+    expect(Object.keys(responses).sort()).toEqual(['200', '400', '401', '404', '409', '413', '415', '429', '500', '503']);
     expect(Object.keys(responses['200'].content)).toEqual(['application/json']);
     const knownTypes = new Map(
       Object.entries(problemTypes).map(([kind, { status, title }]) => [`urn:partner-agent-status:problem:${kind.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`, { status, title }]),
     );
-    for (const status of ['400', '401', '404', '413', '415', '500']) {
+    for (const status of ['400', '401', '404', '409', '413', '415', '429', '500', '503']) {
       const { content } = responses[status];
       expect(Object.keys(content), status).toEqual(['application/problem+json']);
       expect(content['application/problem+json'].schema, status).toEqual({ $ref: '#/components/schemas/Problem' });

@@ -1,6 +1,7 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { generateOpenApiDocument } from '../../scripts/generate-openapi.js';
-import { AgentNotInNetwork, type SetAgentStatus } from '../../src/agents/set-agent-status.js';
+import { AgentNotInNetwork, type AgentStatusUseCase } from '../../src/agents/set-agent-status.js';
+import { loadConfig } from '../../src/config.js';
 import { buildApp } from '../../src/app.js';
 import { PartnerKeyStore, parseKeySet } from '../../src/auth/partner-keys.js';
 import { problem } from '../../src/errors.js';
@@ -74,8 +75,8 @@ describe('the response validator catches what the document does not describe', (
   });
 
   it('an undocumented status', () => {
-    const conflict = { ...problem('validation', 'x', requestId), status: 409 };
-    expect(violations(response({ statusCode: 409, headers: problemHeaders, json: conflict }))).toMatch(/status 409 is not documented/);
+    const conflict = { ...problem('validation', 'x', requestId), status: 402 };
+    expect(violations(response({ statusCode: 402, headers: problemHeaders, json: conflict }))).toMatch(/status 402 is not documented/);
   });
 
   it('an undocumented content type: an error as application/json, a 200 as text', () => {
@@ -102,10 +103,20 @@ describe('attached to the real app, it checks every response as sent', () => {
     closeApp = undefined;
   });
 
+  type SetAgentStatus = AgentStatusUseCase['setAgentStatus'];
   async function appWith(setAgentStatus: SetAgentStatus) {
     const keyStore = new PartnerKeyStore();
     keyStore.replace(parseKeySet(JSON.stringify({ 'partner-keys': { [key]: { networkId, name: 'partner' } } })));
-    const app = await buildApp({ logger: createLogger('silent'), metrics: createMetrics({ collectDefaults: false }), keyStore, setAgentStatus, isReady: async () => true });
+    const app = await buildApp({ logger: createLogger('silent'), metrics: createMetrics({ collectDefaults: false }), keyStore,
+      agentStatus: { setAgentStatus, readAgentStatus: async () => { throw new AgentNotInNetwork(); } },
+      isReady: async () => true,
+      limits: {
+        ...loadConfig({ DATABASE_URL: 'postgres://x/y', REDIS_URL: 'redis://x', SPEND_MANAGEMENT_URL: 'http://x', PARTNER_KEYS_FILE: '/dev/null' }).limits,
+        rateLimitMax: 0,
+        redis: undefined as never,
+        keyPrefix: '',
+      },
+    });
     const check = attachResponseValidator(app);
     await app.ready();
     closeApp = () => app.close();

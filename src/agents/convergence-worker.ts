@@ -1,0 +1,136 @@
+import { context, propagation, SpanStatusCode, trace, type Link } from '@opentelemetry/api';
+import type { Logger } from 'pino';
+import type { WorkerSettings } from '../config.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { AgentRepository, ClaimedDisable } from '../stores/database.js';
+import { describeCause, type DisableRunner, type RunEnd } from './disable-runs.js';
+
+const tracer = trace.getTracer('partner-agent-status');
+
+type AttemptOutcome = 'completed' | 'incomplete' | 'failed' | 'superseded' | 'stopped';
+
+function outcomeOf(end: RunEnd): AttemptOutcome {
+  if (end.kind === 'completed') return 'completed';
+  if (end.kind === 'lost_claim') return 'superseded';
+  if (end.cause.kind === 'shutdown' || end.cause.kind === 'deadline') return 'stopped';
+  return end.cause.kind === 'not_confirmed' ? 'incomplete' : 'failed';
+}
+
+/**
+ * The convergence worker of CONTRACT.md section 9, one per replica. Every poll (with jitter, so
+ * replicas do not poll in step) it reads the pending-disable figures for the metrics and claims
+ * due rows up to its free capacity, with FOR UPDATE SKIP LOCKED and a lease. A claimed row is run
+ * by the same pipeline as a request, to the end or to its next failure, which releases it with a
+ * capped exponential backoff. A replica that dies leaves its lease to run out: the row is then
+ * due again and any replica takes it over.
+ */
+export function createConvergenceWorker(deps: {
+  agents: AgentRepository;
+  runner: DisableRunner;
+  settings: WorkerSettings;
+  owner: string;
+  metrics: Metrics;
+  log: Logger;
+}) {
+  const { agents, runner, settings, metrics, log } = deps;
+  const running = new Set<Promise<void>>();
+  let timer: NodeJS.Timeout | undefined;
+  let polling: Promise<void> | undefined;
+  let stopped = false;
+
+  function attempt(claim: ClaimedDisable): Promise<void> {
+    const links: Link[] = [];
+    if (claim.traceParent) {
+      const requested = trace.getSpanContext(propagation.extract(context.active(), { traceparent: claim.traceParent }));
+      if (requested) links.push({ context: requested });
+    }
+    return tracer.startActiveSpan(
+      'agent.converge_disable',
+      { links, attributes: { 'agent.id': claim.agentId, 'network.id': claim.networkId, 'disable.attempt': claim.attempts } },
+      async (span) => {
+        try {
+          const end = await runner.run({
+            agentId: claim.agentId,
+            networkId: claim.networkId,
+            claimToken: claim.claimToken,
+            agents,
+            stopAt: Number.POSITIVE_INFINITY,
+          });
+          const outcome = outcomeOf(end);
+          metrics.workerAttempts.inc({ outcome });
+          span.setAttributes({ 'disable.outcome': outcome, 'campaigns.paused_count': end.paused });
+          const fields = {
+            agentId: claim.agentId,
+            networkId: claim.networkId,
+            attempt: claim.attempts,
+            outcome,
+            pausedCampaignCount: end.paused,
+            ...(end.kind === 'incomplete' ? { remainingCampaignCount: end.remaining, reason: describeCause(end.cause) } : {}),
+          };
+          if (outcome === 'failed') {
+            span.setStatus({ code: SpanStatusCode.ERROR, message: fields.reason ?? 'failed' });
+            log.warn(fields, 'pending disable attempt failed; retrying with backoff');
+          } else {
+            log.info(fields, 'pending disable attempt');
+          }
+        } finally {
+          span.end();
+        }
+      },
+    );
+  }
+
+  async function poll(): Promise<void> {
+    try {
+      const stats = await agents.pendingStats();
+      metrics.pendingDisables.set(stats.count);
+      metrics.pendingDisablesOldestAge.set(stats.oldestAgeSeconds);
+      const free = settings.concurrency - running.size;
+      if (stopped || free <= 0 || stats.count === 0) return;
+      for (const claim of await agents.claimDue(deps.owner, settings.leaseMs, free)) {
+        const run = attempt(claim).catch((error: unknown) => {
+          log.error({ agentId: claim.agentId, reason: (error as Error).message }, 'pending disable attempt crashed');
+        });
+        running.add(run);
+        void run.finally(() => running.delete(run));
+      }
+    } catch (error) {
+      log.warn({ reason: (error as Error).message }, 'convergence worker could not poll; trying again');
+    }
+  }
+
+  function schedule(): void {
+    if (stopped) return;
+    const delay = settings.pollIntervalMs * (0.5 + Math.random());
+    timer = setTimeout(() => {
+      polling = poll().finally(() => {
+        polling = undefined;
+        schedule();
+      });
+    }, delay);
+  }
+
+  return {
+    start(): void {
+      stopped = false;
+      polling = poll().finally(() => {
+        polling = undefined;
+        schedule();
+      });
+    },
+    /** Stops claiming; running attempts go on (the runner stops them between batches at shutdown). */
+    async stop(): Promise<void> {
+      stopped = true;
+      clearTimeout(timer);
+      await polling;
+    },
+    /** Resolves when every attempt this worker started has ended. */
+    async drained(): Promise<void> {
+      while (running.size > 0) await Promise.allSettled([...running]);
+    },
+    /** Runs one poll now (tests). */
+    pollNow: poll,
+  };
+}
+
+export type ConvergenceWorker = ReturnType<typeof createConvergenceWorker>;

@@ -1,0 +1,47 @@
+import type { PartnerKeyStore } from './auth/partner-keys.js';
+import type { Metrics } from './observability/metrics.js';
+
+const pingTimeoutMs = 1_000;
+
+/**
+ * Readiness (CONTRACT.md section 3): keys loaded, the database answering, and not draining.
+ * The database is asked through a pool of its own, so a pool saturated by partner traffic is busy,
+ * not down: the replica stays ready while PostgreSQL answers, and load never turns every replica
+ * unready at once. Concurrent probes share one ping.
+ */
+export function createReadiness(deps: { ping: () => Promise<void>; keyStore: PartnerKeyStore; metrics: Metrics }) {
+  let draining = false;
+  let inFlight: Promise<boolean> | undefined;
+
+  async function databaseAnswers(): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), pingTimeoutMs);
+    });
+    try {
+      return await Promise.race([deps.ping().then(() => true), timeout]);
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  return {
+    async isReady(): Promise<boolean> {
+      inFlight ??= databaseAnswers().finally(() => {
+        inFlight = undefined;
+      });
+      const ready = !draining && deps.keyStore.loaded && (await inFlight);
+      deps.metrics.ready.set(ready ? 1 : 0);
+      return ready;
+    },
+    startDraining(): void {
+      draining = true;
+      deps.metrics.ready.set(0);
+    },
+    get draining(): boolean {
+      return draining;
+    },
+  };
+}

@@ -1,0 +1,91 @@
+import { trace } from '@opentelemetry/api';
+import rateLimit from '@fastify/rate-limit';
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
+import type { Redis } from 'ioredis';
+import type { PartnerKeyStore } from '../auth/partner-keys.js';
+import { problem, problemDetails, sendProblem } from '../errors.js';
+import type { Metrics } from '../observability/metrics.js';
+
+export interface GuardSettings {
+  keyStore: PartnerKeyStore;
+  metrics: Metrics;
+  rateLimitMax: number;
+  rateLimitWindowMs: number;
+  redis: Redis;
+  keyPrefix: string;
+}
+
+/**
+ * What runs before any partner route does anything (CONTRACT.md sections 3 and 10), in this order:
+ * 1. authentication: the key from `x-api-key` only, looked up by digest, never stored, logged or
+ *    echoed; a missing or unknown key is answered 401 from the hook itself (no exception: a flood
+ *    of bad keys must stay cheap) and never reaches the rate limit, so it spends no budget;
+ * 2. the network's rate limit, counted in Redis so that it holds across replicas (fixed window,
+ *    @fastify/rate-limit's atomic script), keyed by the network from the key. Over the limit: 429
+ *    with Retry-After; every answer carries the IETF draft's RateLimit-Policy and RateLimit fields.
+ *    When Redis cannot be asked, the limit fails open: counted and logged, never a 500.
+ * RATE_LIMIT_MAX=0 turns the limit off entirely (the plugin would read 0 as "refuse everything").
+ */
+export async function createPartnerGuard(app: FastifyInstance, settings: GuardSettings): Promise<onRequestAsyncHookHandler[]> {
+  const { keyStore, metrics } = settings;
+
+  async function authenticate(request: FastifyRequest, reply: FastifyReply) {
+    const apiKey = request.headers['x-api-key'];
+    const partner = typeof apiKey === 'string' && apiKey.length > 0 ? keyStore.lookup(apiKey) : undefined;
+    if (!partner) {
+      const reason = typeof apiKey === 'string' && apiKey.length > 0 ? 'unknown' : 'missing';
+      metrics.authFailures.inc({ reason });
+      return sendProblem(reply, problem('unauthorized', reason === 'missing' ? 'x-api-key header is required' : 'API key is not valid', request.id));
+    }
+    request.partner = partner;
+    request.audit.partner = partner.name;
+    trace.getActiveSpan()?.setAttributes({ 'partner.name': partner.name, 'network.id': partner.networkId });
+  }
+  if (settings.rateLimitMax === 0) return [authenticate];
+
+  await app.register(rateLimit, {
+    global: false,
+    redis: settings.redis,
+    nameSpace: `${settings.keyPrefix}rate-limit:`,
+    max: settings.rateLimitMax,
+    timeWindow: settings.rateLimitWindowMs,
+    keyGenerator: (request) => request.partner!.networkId,
+    skipOnError: false,
+  });
+  const check = app.createRateLimit();
+  const policy = `"partner";q=${settings.rateLimitMax};w=${Math.ceil(settings.rateLimitWindowMs / 1000)}`;
+  let lastFailOpenLog = 0;
+  const limitFields = new WeakMap<FastifyRequest, Record<string, string>>();
+  app.addHook('onSend', async (request, reply) => {
+    const fields = limitFields.get(request);
+    if (fields && reply.statusCode < 400) reply.headers(fields);
+  });
+
+  async function limitRate(request: FastifyRequest, reply: FastifyReply) {
+    let result: Awaited<ReturnType<typeof check>>;
+    try {
+      result = await check(request);
+    } catch (error) {
+      metrics.rateLimitStoreErrors.inc();
+      if (Date.now() - lastFailOpenLog > 10_000) {
+        lastFailOpenLog = Date.now();
+        request.log.warn({ dependency: 'redis', reason: (error as Error).message.slice(0, 120) }, 'rate limit unavailable; letting requests through');
+      }
+      return;
+    }
+    if (result.isAllowed) return;
+    const fields = { 'ratelimit-policy': policy, ratelimit: `"partner";r=${result.remaining};t=${result.ttlInSeconds}` };
+    if (!result.isExceeded) {
+      // Shown on successful answers only: the quota left changes from one request to the next, and
+      // a 404 must stay byte-for-byte the same whichever agent it is about (CONTRACT.md section 3).
+      limitFields.set(request, fields);
+      return;
+    }
+    reply.headers(fields);
+    reply.header('retry-after', String(Math.max(1, result.ttlInSeconds)));
+    metrics.requestsLimited.inc({ partner: request.partner!.name, limit: 'rate' });
+    request.audit.outcome = 'limited';
+    return sendProblem(reply, problem('rateLimited', problemDetails.rateLimited, request.id));
+  }
+  return [authenticate, limitRate];
+}
