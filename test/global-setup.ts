@@ -8,6 +8,8 @@ import { migrate } from '../src/db/migrate.js';
 declare module 'vitest' {
   export interface ProvidedContext {
     databaseUrl: string;
+    /** The server's maintenance database, for tests that make a database of their own. */
+    databaseAdminUrl: string;
     redisUrl: string;
     redisKeyPrefix: string;
   }
@@ -17,7 +19,11 @@ declare module 'vitest' {
 const adminUrl = process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const redisUrl = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
-/** One database and one Redis key prefix per test run, so concurrent runs never collide. */
+/**
+ * The integration project's set-up (vitest.config.ts): builds dist/ and makes one database and one
+ * Redis key prefix per test run, so concurrent runs never collide. The unit and chart projects need
+ * neither and never run this.
+ */
 export default async function setup(project: TestProject) {
   // The process-level tests (tracing, drain) run the built service exactly as `npm start` does.
   if (process.env.TEST_SKIP_BUILD !== '1') execFileSync('npm', ['run', '--silent', 'build'], { stdio: 'inherit' });
@@ -36,6 +42,7 @@ export default async function setup(project: TestProject) {
 
   const redisKeyPrefix = `pas-test:${runId}:`;
   project.provide('databaseUrl', databaseUrl);
+  project.provide('databaseAdminUrl', adminUrl);
   project.provide('redisUrl', redisUrl);
   project.provide('redisKeyPrefix', redisKeyPrefix);
 

@@ -10,7 +10,9 @@ test.describe('The OpenAPI document is served at /partner/openapi.json without a
     expect(mediaType(response)).toBe('application/json');
     const document = await response.json();
     expect(document.openapi).toMatch(/^3\.1\./);
-    expect(document.paths['/partner/agents/status'].post).toBeDefined();
+    const operation = document.paths['/partner/agents/status'].post;
+    expect(operation.security).toEqual([{ apiKey: [] }]);
+    expect(Object.keys(operation.responses)).toEqual(expect.arrayContaining(['200', '400', '401', '404', '413', '415', '500']));
     expect(document.components.securitySchemes.apiKey).toMatchObject({ type: 'apiKey', in: 'header', name: 'x-api-key' });
     // Probes are not partner API and are left out.
     expect(Object.keys(document.paths).every((path) => path.startsWith('/partner/'))).toBe(true);

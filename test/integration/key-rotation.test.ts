@@ -1,7 +1,7 @@
 import { mkdirSync, mkdtempSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { keysDocument, startTestService, type PartnerKeyRecord, type TestService } from '../support/service.js';
 
@@ -63,12 +63,13 @@ const enable = (apiKey: string, agentId: string) =>
     payload: { agentId, enabled: true },
   });
 
-async function eventually(check: () => Promise<boolean>, timeoutMs = 10_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not met within 10 s');
-    await new Promise((r) => setTimeout(r, 50));
-  }
+/**
+ * Waits for a reload to show, checking every 20 ms, for at most 5 s: the watch makes it
+ * milliseconds, and the poll (every 10 s here) cannot stand in for a broken watch within that
+ * bound. The poll on its own is tested in test/unit/key-sources.test.ts.
+ */
+async function eventually(check: () => Promise<boolean>) {
+  await vi.waitFor(async () => expect(await check()).toBe(true), { timeout: 5_000, interval: 20 });
 }
 
 describe('partner keys reload across kubelet\'s ..data swap, with no restart and no failed request', () => {

@@ -64,10 +64,13 @@ describe('logs: one line per request, and never a key', () => {
       await send(apiKey, { agentId: `us-east-1:${crypto.randomUUID()}`, enabled: false });
     }
     await send(undefined, { agentId, enabled: true }, { authorization: `Bearer ${key}` });
-    svc.simulator.simulator.setMode('fail');
     await db.campaigns(agentId, 1);
-    await send(key, { agentId, enabled: false });
-    svc.simulator.simulator.setMode('ok');
+    svc.simulator.simulator.setMode('fail');
+    try {
+      expect((await send(key, { agentId, enabled: false })).statusCode).toBe(500);
+    } finally {
+      svc.simulator.simulator.setMode('ok');
+    }
 
     const everything = svc.logs.lines.join('\n');
     expect(svc.logs.lines.length).toBeGreaterThan(15);

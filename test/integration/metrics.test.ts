@@ -8,12 +8,16 @@ const strangerKey = newApiKey();
 let networkId: string;
 let svc: TestService;
 let scrape: () => Promise<string>;
+let startedAt: number;
 
 beforeAll(async () => {
+  startedAt = Date.now() / 1000;
   networkId = await db.network();
   svc = await startTestService({
     partners: [{ key, networkId, name: 'metered' }],
-    env: { BREAKER_VOLUME_THRESHOLD: '2', BREAKER_RESET_TIMEOUT_MS: '60000' },
+    // The convergence worker stays out of the way (its first poll is a minute away), so every
+    // spend-management call counted below is one a request made.
+    env: { BREAKER_VOLUME_THRESHOLD: '2', BREAKER_RESET_TIMEOUT_MS: '60000', WORKER_POLL_INTERVAL_MS: '60000' },
   });
   await svc.service.metricsServer.listen({ port: 0, host: '127.0.0.1' });
   const { port } = svc.service.metricsServer.server.address() as { port: number };
@@ -54,17 +58,25 @@ describe('metrics after a scripted mix of requests', () => {
     expect((await send(strangerKey, { agentId, enabled: true })).statusCode).toBe(401);
     expect((await send(key, { agentId: foreign, enabled: false })).statusCode).toBe(404);
     svc.simulator.simulator.setMode('fail');
-    expect((await send(key, { agentId, enabled: false })).statusCode).toBe(500);
-    expect((await send(key, { agentId, enabled: false })).statusCode).toBe(500);
-    expect((await send(key, { agentId, enabled: false })).statusCode).toBe(500); // rejected by the open breaker
-    svc.simulator.simulator.setMode('ok');
+    try {
+      expect((await send(key, { agentId, enabled: false })).statusCode).toBe(500);
+      expect((await send(key, { agentId, enabled: false })).statusCode).toBe(500);
+      expect((await send(key, { agentId, enabled: false })).statusCode).toBe(500); // rejected by the open breaker
+    } finally {
+      svc.simulator.simulator.setMode('ok');
+    }
 
+    const scrapedFrom = Date.now() / 1000;
     const text = await scrape();
+    const scrapedTo = Date.now() / 1000;
     const route = 'route="/partner/agents/status"';
     for (const [status, count] of [['200', 1], ['400', 1], ['401', 2], ['404', 1], ['500', 3]] as const) {
       expect(sample(text, `http_request_duration_seconds_count{method="POST",${route},status_code="${status}"}`), status).toBe(count);
     }
-    expect(sample(text, `http_request_duration_seconds_bucket{le="0.005",method="POST",${route},status_code="401"}`)).toBeGreaterThanOrEqual(0);
+    // Every observation lands in the +Inf bucket and, being far under 5 s, in the 5 s bucket too.
+    for (const le of ['5', '+Inf']) {
+      expect(sample(text, `http_request_duration_seconds_bucket{le="${le}",method="POST",${route},status_code="401"}`)).toBe(2);
+    }
     expect(sample(text, 'agent_status_changes_total{partner="metered",enabled="true",outcome="updated"}')).toBe(1);
     expect(sample(text, 'agent_status_changes_total{partner="metered",enabled="false",outcome="not_found"}')).toBe(1);
     expect(sample(text, 'agent_status_changes_total{partner="metered",enabled="false",outcome="failed"}')).toBe(3);
@@ -80,7 +92,27 @@ describe('metrics after a scripted mix of requests', () => {
     expect(sample(text, 'partner_keys_loaded')).toBe(1);
     expect(sample(text, 'partner_keys_reloads_total{source="file",outcome="success"}')).toBe(1);
     expect(sample(text, 'partner_keys_last_load_failed{source="file"}')).toBe(0);
-    expect(sample(text, 'partner_keys_seconds_since_last_good_load')).toBeGreaterThanOrEqual(0);
+    // The key set was loaded once, when the service started, and the age is measured from then.
+    const loadedAt = sample(text, 'partner_keys_last_good_load_timestamp_seconds')!;
+    expect(loadedAt).toBeGreaterThanOrEqual(startedAt);
+    expect(loadedAt).toBeLessThanOrEqual(scrapedFrom);
+    const age = sample(text, 'partner_keys_seconds_since_last_good_load')!;
+    expect(age).toBeGreaterThanOrEqual(scrapedFrom - loadedAt - 0.001);
+    expect(age).toBeLessThanOrEqual(scrapedTo - loadedAt + 0.001);
+    // Series with nothing to count yet are exposed at exactly 0, so rate() sees their first event.
+    for (const series of [
+      'spend_management_auth_failures_total{status="401"}',
+      'spend_management_auth_failures_total{status="403"}',
+      'rate_limit_store_errors_total',
+      'requests_shed_total',
+      'campaigns_not_confirmed_total{dependency="spend_management"}',
+      'campaigns_not_confirmed_total{dependency="redis"}',
+      'partner_keys_reloads_total{source="file",outcome="invalid"}',
+      'partner_keys_reloads_total{source="file",outcome="error"}',
+      'circuit_breaker_events_total{breaker="redis",event="failure"}',
+    ]) {
+      expect(sample(text, series), series).toBe(0);
+    }
     expect(text).toMatch(/^nodejs_eventloop_lag_p99_seconds /m);
     expect(text).toMatch(/^process_resident_memory_bytes /m);
     expect(text).not.toContain(key);

@@ -1,8 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { createSpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { startOtlpReceiver } from '../support/otlp-receiver.js';
@@ -107,11 +106,14 @@ describe('graceful drain: SIGTERM during a slow disable', () => {
     try {
       const before = simulator.simulator.requests().length;
       const pending = disable(service.baseUrl, agentId);
-      while (simulator.simulator.requests().length === before) await new Promise((r) => setTimeout(r, 20));
+      // The disable is in flight once spend management has its pause call.
+      await vi.waitFor(() => expect(simulator.simulator.requests().length).toBeGreaterThan(before), { timeout: 10_000, interval: 10 });
 
       service.child.kill('SIGTERM');
-      await new Promise((r) => setTimeout(r, 200));
-      expect((await fetch(`${service.baseUrl}/readyz`)).status).toBe(503);
+      // Readiness turns 503 while the service still answers (a closed server would refuse the
+      // connection, and the wait would run out).
+      await vi.waitFor(async () => expect((await fetch(`${service.baseUrl}/readyz`)).status).toBe(503), { timeout: 2_000, interval: 20 });
+      expect(service.child.exitCode).toBeNull();
 
       const response = await pending;
       expect(response.status).toBe(200);
@@ -135,5 +137,37 @@ describe('configuration: a missing or invalid variable stops the start with one 
     const bad = join(keysDir, 'bad.json');
     writeFileSync(bad, '{"partner-keys": {}}');
     await expect(startServiceProcess({ ...baseEnv, PARTNER_KEYS_FILE: bad, OTEL_SDK_DISABLED: 'true' })).rejects.toThrow(/exited with 1[\s\S]*holds no key/);
+  });
+});
+
+describe('LOG_LEVEL is honoured', () => {
+  const levels = (output: string[]) => output.flatMap((line) => {
+    try {
+      return [(JSON.parse(line) as { level: string }).level];
+    } catch {
+      return [];
+    }
+  });
+
+  it('writes debug lines at debug, none at info, and not even request lines at warn', async () => {
+    const env = { ...baseEnv, DRAIN_DELAY_MS: '0', OTEL_SDK_DISABLED: 'true' };
+    const agentId = await db.agent(networkId);
+    const start = (level: string) => startServiceProcess({ ...env, LOG_LEVEL: level });
+    const [debug, info, warn] = await Promise.all([start('debug'), start('info'), start('warn')]);
+    try {
+      for (const service of [debug, info, warn]) {
+        // Probes are logged at debug, a partner request at info.
+        expect((await fetch(`${service.baseUrl}/livez`)).status).toBe(200);
+        expect((await (await disable(service.baseUrl, agentId)).json()) as unknown).toMatchObject({ agentId });
+      }
+    } finally {
+      for (const service of [debug, info, warn]) expect(await service.stop()).toBe(0);
+    }
+    expect(levels(debug.output)).toEqual(expect.arrayContaining(['debug', 'info']));
+    expect(debug.output.some((line) => line.includes('"level":"debug"') && line.includes('"route":"/livez"'))).toBe(true);
+    expect(levels(info.output)).toContain('info');
+    expect(levels(info.output)).not.toContain('debug');
+    expect(info.output.some((line) => line.includes('"msg":"request completed"') && line.includes(agentId))).toBe(true);
+    expect(levels(warn.output).filter((level) => level === 'debug' || level === 'info')).toEqual([]);
   });
 });
