@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { allRules, paths, ruleTestFile, runbookAlertSections, runbookAnchors } from './artifacts.js';
+import { metricNamesOf } from './promql.js';
 import { promtoolRun } from './promtool.js';
 
 const alerts = allRules().filter((rule) => rule.alert);
@@ -19,12 +20,17 @@ describe('the alert rule file', () => {
     expect(alerts.map((a) => a.alert).sort()).toEqual(
       [
         'PartnerAgentStatusCircuitBreakerOpen',
+        'PartnerAgentStatusDisablePending',
         'PartnerAgentStatusHigh5xxRatio',
         'PartnerAgentStatusKeyReloadFailing',
         'PartnerAgentStatusLatencyP99High',
+        'PartnerAgentStatusLoadShedding',
         'PartnerAgentStatusNoKeysLoaded',
         'PartnerAgentStatusNoPodReady',
+        'PartnerAgentStatusPartnerLimited',
         'PartnerAgentStatusPodsNotReady',
+        'PartnerAgentStatusRateLimitFailingOpen',
+        'PartnerAgentStatusSpendManagementCredentialsRejected',
       ].sort(),
     );
   });
@@ -74,9 +80,28 @@ describe('the alert rule file', () => {
     expect(problems, problems.join('\n')).toEqual([]);
   });
 
-  it('waits before paging on a sustained condition', () => {
+  it('waits before paging on a sustained condition, except where the expression measures the time itself', () => {
     const instant = alerts.filter((a) => !a.for).map((a) => a.alert);
-    // This one measures over a window inside the expression instead (see the rule comment).
-    expect(instant.sort()).toEqual(['PartnerAgentStatusCircuitBreakerOpen']);
+    expect(instant.sort()).toEqual([
+      // open for a minute, measured over a window inside the expression (see the rule comment)
+      'PartnerAgentStatusCircuitBreakerOpen',
+      // the oldest pending disable's age is itself the 5 minutes
+      'PartnerAgentStatusDisablePending',
+      // credentials rejected do not heal by themselves: any rejection counts
+      'PartnerAgentStatusSpendManagementCredentialsRejected',
+    ]);
+  });
+
+  it('reads the durable-disable and limit metrics the service exports for them', () => {
+    const read = new Set(alerts.flatMap((a) => metricNamesOf(a.expr)));
+    for (const name of [
+      'pending_disables_oldest_age_seconds',
+      'spend_management_auth_failures_total',
+      'partner_requests_limited_total',
+      'requests_shed_total',
+      'rate_limit_store_errors_total',
+    ]) {
+      expect(read, name).toContain(name);
+    }
   });
 });
