@@ -150,56 +150,63 @@ export class DisableRunner {
 
     const inFlight = new Set<Promise<void>>();
     let next = request.firstBatch;
-    let cursor: string | null = null;
-    try {
-      for (;;) {
-        while (inFlight.size >= batchesInFlight) await Promise.race(inFlight);
-        if (failure || lostClaim) break;
-        const now = Date.now();
-        if (now + batchBudgetMs > this.stopAllAt) {
-          stopped = 'shutdown';
-          break;
-        }
-        if (now + batchBudgetMs > request.stopAt) {
-          stopped = 'deadline';
-          break;
-        }
-        let ids: string[];
-        if (next) {
-          ids = next;
-          next = undefined;
-        } else {
-          const batch = await agents.nextBatch(agentId, lease, cursor, batchSize);
-          if (!batch.held) {
-            lostClaim = true;
+    // Two passes at most: a campaign committed while the flag statement waited for it (the
+    // restriction trigger makes them wait for each other) can sort before the first pass's cursor.
+    for (let pass = 0; pass < 2; pass += 1) {
+      let cursor: string | null = null;
+      try {
+        for (;;) {
+          while (inFlight.size >= batchesInFlight) await Promise.race(inFlight);
+          if (failure || lostClaim) break;
+          const now = Date.now();
+          if (now + batchBudgetMs > this.stopAllAt) {
+            stopped = 'shutdown';
             break;
           }
-          ids = batch.ids;
+          if (now + batchBudgetMs > request.stopAt) {
+            stopped = 'deadline';
+            break;
+          }
+          let ids: string[];
+          if (next) {
+            ids = next;
+            next = undefined;
+          } else {
+            const batch = await agents.nextBatch(agentId, lease, cursor, batchSize);
+            if (!batch.held) {
+              lostClaim = true;
+              break;
+            }
+            ids = batch.ids;
+          }
+          if (ids.length === 0) break;
+          cursor = ids.at(-1)!;
+          const running: Promise<void> = processBatch(ids)
+            .catch((error: unknown) => {
+              failure ??= toDependencyError(error);
+            })
+            .finally(() => inFlight.delete(running));
+          inFlight.add(running);
         }
-        if (ids.length === 0) break;
-        cursor = ids.at(-1)!;
-        const running: Promise<void> = processBatch(ids)
-          .catch((error: unknown) => {
-            failure ??= toDependencyError(error);
-          })
-          .finally(() => inFlight.delete(running));
-        inFlight.add(running);
+      } catch (error) {
+        failure ??= toDependencyError(error);
+      } finally {
+        await Promise.allSettled([...inFlight]);
       }
-    } catch (error) {
-      failure ??= toDependencyError(error);
-    } finally {
-      await Promise.allSettled([...inFlight]);
-      clearInterval(renewal);
-    }
-
-    if (lostClaim) return { kind: 'lost_claim', paused };
-    if (!failure && !stopped) {
+      if (lostClaim || failure || stopped || notConfirmed) break;
       try {
-        if (await agents.finish(agentId, claimToken)) return { kind: 'completed', paused };
+        if (await agents.finish(agentId, claimToken)) {
+          clearInterval(renewal);
+          return { kind: 'completed', paused };
+        }
       } catch (error) {
         failure = toDependencyError(error);
+        break;
       }
     }
+    clearInterval(renewal);
+
+    if (lostClaim) return { kind: 'lost_claim', paused };
     const cause: RunCause = failure
       ? { kind: 'dependency', error: failure }
       : stopped
