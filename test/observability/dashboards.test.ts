@@ -140,6 +140,33 @@ describe('Grafana dashboards', () => {
     }
   });
 
+  it('show the durable disables and the limits, each in its own row, reading the metrics made for them', () => {
+    const expected: Record<string, { file: string; metrics: string[] }> = {
+      'Durable disables': {
+        file: 'business.json',
+        metrics: ['pending_disables', 'pending_disables_oldest_age_seconds', 'disable_worker_attempts_total', 'campaigns_not_confirmed_total'],
+      },
+      Limits: {
+        file: 'overview.json',
+        metrics: ['partner_requests_limited_total', 'requests_shed_total', 'rate_limit_store_errors_total', 'spend_management_auth_failures_total'],
+      },
+    };
+    for (const [title, { file, metrics }] of Object.entries(expected)) {
+      const dashboard = parsed.find((d) => d.file === file)?.dashboard;
+      const panels = dashboard?.panels ?? [];
+      const start = panels.findIndex((p) => p.type === 'row' && p.title === title);
+      expect(start, `${file}: a row "${title}"`).toBeGreaterThanOrEqual(0);
+      const row = panels[start];
+      expect(row?.collapsed, `${file}: row "${title}" open, its panels beside it`).toBe(false);
+      const next = panels.findIndex((p, i) => i > start && p.type === 'row');
+      const inRow = panels.slice(start + 1, next === -1 ? undefined : next);
+      const rowY = (row?.gridPos as { y: number } | undefined)?.y ?? 0;
+      for (const panel of inRow) expect((panel.gridPos as { y: number }).y, `${file} panel ${panel.id} below its row`).toBeGreaterThan(rowY);
+      const read = new Set(inRow.flatMap((p) => (p.targets ?? []).flatMap((t) => (t.expr ? vectorSelectors(t.expr).map((v) => v.name) : []))));
+      expect([...read].sort(), `${file}: metrics of row "${title}"`).toEqual([...metrics].sort());
+    }
+  });
+
   it('hold only expressions that Prometheus itself accepts, types included (promtool check rules)', async () => {
     // Each expression becomes a recording rule of a throwaway file, so that Prometheus's own parser
     // checks what the grammar alone cannot, such as rate() of an instant vector.
