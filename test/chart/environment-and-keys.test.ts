@@ -15,11 +15,27 @@ const contractDefaults: Record<string, string> = {
   SPEND_MANAGEMENT_TIMEOUT_MS: '2000',
   REDIS_COMMAND_TIMEOUT_MS: '1000',
   BREAKER_ERROR_THRESHOLD_PERCENT: '50',
-  BREAKER_VOLUME_THRESHOLD: '10',
+  BREAKER_VOLUME_THRESHOLD: '3',
   BREAKER_RESET_TIMEOUT_MS: '10000',
-  BREAKER_ROLLING_WINDOW_MS: '10000',
+  BREAKER_ROLLING_WINDOW_MS: '30000',
   DRAIN_DELAY_MS: '5000',
   SHUTDOWN_TIMEOUT_MS: '20000',
+  RATE_LIMIT_MAX: '1200',
+  RATE_LIMIT_WINDOW_MS: '60000',
+  DISABLES_IN_FLIGHT_PER_NETWORK: '8',
+  REQUEST_DEADLINE_MS: '25000',
+  OVERLOAD_MAX_EVENT_LOOP_DELAY_MS: '200',
+  DISABLE_BATCHES_IN_FLIGHT: '4',
+  SPEND_MANAGEMENT_MAX_CONCURRENCY: '16',
+  WORKER_POLL_INTERVAL_MS: '2000',
+  WORKER_LEASE_MS: '15000',
+  WORKER_BACKOFF_BASE_MS: '1000',
+  WORKER_BACKOFF_MAX_MS: '20000',
+  WORKER_CONCURRENCY: '4',
+  SECRETS_MANAGER_CONNECT_TIMEOUT_MS: '2000',
+  SECRETS_MANAGER_REQUEST_TIMEOUT_MS: '5000',
+  SECRETS_MANAGER_MAX_ATTEMPTS: '3',
+  NODE_OPTIONS: '--max-old-space-size=256 --max-semi-space-size=16',
   OTEL_METRICS_EXPORTER: 'none',
   OTEL_LOGS_EXPORTER: 'none',
 };
@@ -39,6 +55,8 @@ const known = new Set([
   ...fileMode,
   ...secretsManagerMode,
   'OTEL_EXPORTER_OTLP_ENDPOINT',
+  'OTEL_TRACES_SAMPLER',
+  'OTEL_TRACES_SAMPLER_ARG',
   'OTEL_RESOURCE_ATTRIBUTES',
   'POD_NAME',
   'POD_NAMESPACE',
@@ -67,7 +85,7 @@ function rendered(options: RenderOptions = {}): Rendered {
 }
 
 function userEnvNames(options: RenderOptions): string[] {
-  const extra = new Set(['NODE_OPTIONS']); // set through extraEnv in ci/everything-values.yaml
+  const extra = new Set(['OTEL_BSP_MAX_QUEUE_SIZE']); // set through extraEnv in ci/everything-values.yaml
   return rendered(options).names.filter((n) => !extra.has(n));
 }
 
@@ -130,9 +148,57 @@ describe('environment of the service (CONTRACT.md section 2)', () => {
     expect(position('POD_NAME')).toBeLessThan(position('OTEL_RESOURCE_ATTRIBUTES'));
   });
 
-  it('passes extraEnv through as given', () => {
+  it('passes extraEnv through as given, after the chart\'s own entries', () => {
     const { env } = rendered({ values: ['ci/everything-values.yaml'] });
-    expect(env).toContainEqual({ name: 'NODE_OPTIONS', value: '--max-old-space-size=384' });
+    expect(env.at(-1)).toEqual({ name: 'OTEL_BSP_MAX_QUEUE_SIZE', value: '1024' });
+  });
+
+  it('renders the limits, the deadline, the pipeline, the worker and the Secrets Manager client from config.*', () => {
+    expect(rendered({ values: ['ci/everything-values.yaml'] }).configMap).toMatchObject({
+      REQUEST_DEADLINE_MS: '28000',
+      RATE_LIMIT_MAX: '600',
+      RATE_LIMIT_WINDOW_MS: '30000',
+      DISABLES_IN_FLIGHT_PER_NETWORK: '4',
+      DISABLE_BATCHES_IN_FLIGHT: '8',
+      SPEND_MANAGEMENT_MAX_CONCURRENCY: '32',
+      WORKER_POLL_INTERVAL_MS: '1000',
+      WORKER_CONCURRENCY: '8',
+      // Left at their defaults in that file.
+      WORKER_LEASE_MS: '15000',
+      SECRETS_MANAGER_REQUEST_TIMEOUT_MS: '3000',
+      SECRETS_MANAGER_CONNECT_TIMEOUT_MS: '2000',
+    });
+    expect(rendered({ set: ['config.rateLimit.max=0', 'config.overloadMaxEventLoopDelayMs=500'] }).configMap).toMatchObject({
+      RATE_LIMIT_MAX: '0',
+      OVERLOAD_MAX_EVENT_LOOP_DELAY_MS: '500',
+    });
+  });
+
+  it('sets the heap limits in NODE_OPTIONS from nodeOptions, old space and semi-space together, and leaves it out when empty', () => {
+    const flags = (options: RenderOptions = {}): string | undefined => rendered(options).configMap.NODE_OPTIONS;
+    expect(flags()).toMatch(/--max-old-space-size=\d+/);
+    expect(flags()).toMatch(/--max-semi-space-size=\d+/);
+    expect(flags({ values: ['ci/everything-values.yaml'] })).toBe('--max-old-space-size=640 --max-semi-space-size=32');
+    expect(rendered({ set: ['nodeOptions='] }).names).not.toContain('NODE_OPTIONS');
+  });
+
+  it('keeps the default heap well inside the default memory limit', () => {
+    const { container, configMap } = rendered();
+    const limitMiB = Number(/^(\d+)Mi$/.exec(String(container.resources?.limits?.memory))?.[1]);
+    const oldSpace = Number(/--max-old-space-size=(\d+)/.exec(configMap.NODE_OPTIONS ?? '')?.[1]);
+    const semiSpace = Number(/--max-semi-space-size=(\d+)/.exec(configMap.NODE_OPTIONS ?? '')?.[1]);
+    // The young generation is three semi-spaces; code, buffers and native memory need ~100 MiB more.
+    expect(oldSpace + 3 * semiSpace + 100).toBeLessThan(limitMiB);
+    expect(semiSpace).toBeGreaterThanOrEqual(16);
+  });
+
+  it('samples traces with parentbased_traceidratio at 0.1 by default when tracing is on, and not at all when off', () => {
+    expect(rendered().names).not.toContain('OTEL_TRACES_SAMPLER');
+    expect(rendered({ set: ['otel.enabled=true'] }).configMap).toMatchObject({
+      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: '0.1',
+    });
+    expect(rendered({ values: ['ci/everything-values.yaml'] }).configMap.OTEL_TRACES_SAMPLER_ARG).toBe('0.25');
   });
 
   it('keeps service links out of the environment', () => {

@@ -1,10 +1,11 @@
 import { describe, it, expect } from 'vitest';
 import type { IDeployment } from 'kubernetes-models/apps/v1';
 import type { IHorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
+import type { IHTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
 import type { IIngress, INetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import type { IPodDisruptionBudget } from 'kubernetes-models/policy/v1';
-import type { IService } from 'kubernetes-models/v1';
-import { findAll, findOne, render, type RenderOptions } from './chart.js';
+import type { IConfigMap, IService } from 'kubernetes-models/v1';
+import { findAll, findOne, helms, render, validateObject, type K8sObject, type RenderOptions } from './chart.js';
 
 const everything = { values: ['ci/everything-values.yaml'] };
 
@@ -29,84 +30,195 @@ describe('Service', () => {
   });
 });
 
-describe('Ingress', () => {
-  it('is off by default', () => {
+const route = { set: ['httpRoute.enabled=true', 'httpRoute.parentRefs[0].name=partner-gateway'] };
+
+describe('the way in', () => {
+  it('is off by default: neither an HTTPRoute nor an Ingress', () => {
+    expect(findAll(render(), 'HTTPRoute')).toEqual([]);
     expect(findAll(render(), 'Ingress')).toEqual([]);
   });
+});
 
-  it('routes nothing but the /partner/ prefix, to the http port', () => {
-    for (const options of [everything, { set: ['ingress.enabled=true'] }]) {
-      const ingress = findOne<IIngress>(render(options), 'Ingress');
-      const rules = ingress.spec?.rules ?? [];
-      expect(rules.length).toBeGreaterThan(0);
-      for (const rule of rules) {
-        expect(rule.http?.paths).toEqual([
-          {
-            path: '/partner/',
-            pathType: 'Prefix',
-            backend: { service: { name: findOne<IService>(render(options), 'Service').metadata?.name, port: { name: 'http' } } },
-          },
-        ]);
+// Both variants, rendered and schema-validated under both Helm majors.
+describe.each(helms)('%s', (_helm, binary) => {
+  const as = (options: RenderOptions): RenderOptions => ({ ...options, helm: binary.major });
+
+  describe('HTTPRoute (Gateway API, the recommended way in)', () => {
+    const httpRoute = (options: RenderOptions = everything): IHTTPRoute => findOne<IHTTPRoute>(render(as(options)), 'HTTPRoute');
+
+    it.each([
+      ['ci/everything-values.yaml', everything],
+      ['ci/gateway-api-values.yaml', { values: ['ci/gateway-api-values.yaml'] }],
+      ['the least settings', route],
+    ])('is a valid gateway.networking.k8s.io/v1 HTTPRoute with %s', (_name, options) => {
+      const object = httpRoute(options);
+      expect(object.apiVersion).toBe('gateway.networking.k8s.io/v1');
+      validateObject(object as unknown as K8sObject);
+    });
+
+    it('attaches to the Gateway listener named in values', () => {
+      expect(httpRoute().spec?.parentRefs).toEqual([
+        { group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'partner-gateway', namespace: 'gateway-system', sectionName: 'https' },
+      ]);
+      // Without a namespace the Gateway is looked up in the route's own namespace.
+      expect(httpRoute(route).spec?.parentRefs).toEqual([{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'partner-gateway' }]);
+    });
+
+    it('routes nothing but the /partner/ prefix, to the Service http port', () => {
+      const service = findOne<IService>(render(as(everything)), 'Service');
+      const rules = httpRoute().spec?.rules ?? [];
+      expect(rules).toHaveLength(1);
+      expect(rules[0]?.matches).toEqual([{ path: { type: 'PathPrefix', value: '/partner/' } }]);
+      expect(rules[0]?.backendRefs).toEqual([{ group: '', kind: 'Service', name: service.metadata?.name, port: service.spec?.ports?.find((p) => p.name === 'http')?.port }]);
+    });
+
+    it('serves the host names from values, or every host of the listener', () => {
+      expect(httpRoute().spec?.hostnames).toEqual(['partner-api.example.com']);
+      expect(httpRoute(route).spec?.hostnames).toBeUndefined();
+    });
+
+    it('waits 30 s for a response by default: above the 25 s request deadline', () => {
+      const config = findOne<IConfigMap>(render(as(route)), 'ConfigMap').data ?? {};
+      expect(httpRoute(route).spec?.rules?.[0]?.timeouts).toEqual({ request: '30s' });
+      expect(30_000).toBeGreaterThan(Number(config.REQUEST_DEADLINE_MS));
+      expect(httpRoute().spec?.rules?.[0]?.timeouts).toEqual({ request: '35s' });
+    });
+
+    it('configures no retry: a replayed POST would count twice against the rate limit', () => {
+      expect(httpRoute().spec?.rules?.[0]).not.toHaveProperty('retry');
+    });
+
+    it("strips partners' trace context and baggage before the service, unless told not to", () => {
+      expect(httpRoute(route).spec?.rules?.[0]?.filters).toEqual([
+        { type: 'RequestHeaderModifier', requestHeaderModifier: { remove: ['traceparent', 'tracestate', 'baggage'] } },
+      ]);
+      expect(httpRoute({ ...route, setJson: ['httpRoute.removeRequestHeaders=[]'] }).spec?.rules?.[0]?.filters).toBeUndefined();
+    });
+
+    it('carries the extra labels from values', () => {
+      expect(httpRoute().metadata?.labels?.['example.com/exposure']).toBe('internet');
+    });
+  });
+
+  describe('Ingress (the option for clusters without Gateway API)', () => {
+    const ingress = (options: RenderOptions = everything): IIngress => findOne<IIngress>(render(as(options)), 'Ingress');
+
+    it.each([
+      ['ci/everything-values.yaml', everything],
+      ['the least settings', { set: ['ingress.enabled=true'] }],
+    ])('is a valid networking.k8s.io/v1 Ingress with %s', (_name, options) => {
+      validateObject(ingress(options) as unknown as K8sObject);
+    });
+
+    it('routes nothing but the /partner/ prefix, to the http port', () => {
+      for (const options of [everything, { set: ['ingress.enabled=true'] }]) {
+        const rules = ingress(options).spec?.rules ?? [];
+        expect(rules.length).toBeGreaterThan(0);
+        for (const rule of rules) {
+          expect(rule.http?.paths).toEqual([
+            {
+              path: '/partner/',
+              pathType: 'Prefix',
+              backend: { service: { name: findOne<IService>(render(as(options)), 'Service').metadata?.name, port: { name: 'http' } } },
+            },
+          ]);
+        }
+        expect(ingress(options).spec?.defaultBackend).toBeUndefined();
       }
-      expect(ingress.spec?.defaultBackend).toBeUndefined();
-    }
-  });
+    });
 
-  it('takes class, hosts and TLS from values', () => {
-    const ingress = findOne<IIngress>(render(everything), 'Ingress');
-    expect(ingress.spec?.ingressClassName).toBe('nginx');
-    expect(ingress.spec?.rules?.map((r) => r.host)).toEqual(['partner-api.example.com']);
-    expect(ingress.spec?.tls).toEqual([{ hosts: ['partner-api.example.com'], secretName: 'partner-api-tls' }]);
-  });
+    it('takes class, hosts and TLS from values', () => {
+      expect(ingress().spec?.ingressClassName).toBe('nginx');
+      expect(ingress().spec?.rules?.map((r) => r.host)).toEqual(['partner-api.example.com']);
+      expect(ingress().spec?.tls).toEqual([{ hosts: ['partner-api.example.com'], secretName: 'partner-api-tls' }]);
+    });
 
-  it('serves any host when none is given', () => {
-    const rules = findOne<IIngress>(render({ set: ['ingress.enabled=true'] }), 'Ingress').spec?.rules ?? [];
-    expect(rules).toHaveLength(1);
-    expect(rules[0]?.host).toBeUndefined();
+    it('serves any host when none is given', () => {
+      const rules = ingress({ set: ['ingress.enabled=true'] }).spec?.rules ?? [];
+      expect(rules).toHaveLength(1);
+      expect(rules[0]?.host).toBeUndefined();
+    });
+
+    it('waits 30 s between reads and writes by default (above the 25 s deadline), and never retries a POST', () => {
+      const annotations = ingress({ set: ['ingress.enabled=true'] }).metadata?.annotations ?? {};
+      expect(annotations).toMatchObject({
+        'nginx.ingress.kubernetes.io/proxy-read-timeout': '30',
+        'nginx.ingress.kubernetes.io/proxy-send-timeout': '30',
+        'nginx.ingress.kubernetes.io/proxy-next-upstream': 'error timeout',
+      });
+      for (const value of Object.values(annotations)) expect(value).not.toContain('non_idempotent');
+    });
+
+    it('keeps the annotations from values beside its own', () => {
+      expect(ingress().metadata?.annotations).toMatchObject({
+        'nginx.ingress.kubernetes.io/proxy-body-size': '64k',
+        'cert-manager.io/cluster-issuer': 'letsencrypt',
+        'nginx.ingress.kubernetes.io/proxy-read-timeout': '35',
+      });
+    });
   });
 });
 
 describe('NetworkPolicy', () => {
-  const policy = (): INetworkPolicy => findOne<INetworkPolicy>(render(everything), 'NetworkPolicy');
+  const policy = (options: RenderOptions = {}): INetworkPolicy => findOne<INetworkPolicy>(render(options), 'NetworkPolicy');
+  const ports = (rule: { ports?: Array<{ port?: number | string; protocol?: string }> }): string[] =>
+    (rule.ports ?? []).map((p) => `${String(p.port)}/${p.protocol ?? 'TCP'}`);
 
-  it('is off by default', () => {
-    expect(findAll(render(), 'NetworkPolicy')).toEqual([]);
+  it('is on by default, and can be switched off', () => {
+    expect(findAll(render(), 'NetworkPolicy')).toHaveLength(1);
+    expect(findAll(render({ set: ['networkPolicy.enabled=false'] }), 'NetworkPolicy')).toEqual([]);
   });
 
   it('applies to the service pods, in both directions', () => {
-    expect(podLabels(everything)).toMatchObject(policy().spec?.podSelector?.matchLabels ?? { missing: 'selector' });
+    expect(podLabels()).toMatchObject(policy().spec?.podSelector?.matchLabels ?? { missing: 'selector' });
     expect(policy().spec?.policyTypes).toEqual(['Ingress', 'Egress']);
   });
 
-  it('lets in the ingress controller (and the helm test pods) on http, and Prometheus on metrics, nothing else', () => {
+  it("lets in the Gateway's namespace (and the helm test pods) on http, and the monitoring namespace on metrics, nothing else", () => {
     const rules = policy().spec?.ingress ?? [];
     expect(rules.map((r) => r.ports?.map((p) => p.port))).toEqual([['http'], ['metrics']]);
     const [http, metrics] = rules;
-    expect(http?.from).toContainEqual({
-      namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'ingress-nginx' } },
-      podSelector: { matchLabels: { 'app.kubernetes.io/name': 'ingress-nginx' } },
-    });
-    expect(http?.from).toContainEqual({
-      podSelector: {
-        matchLabels: { 'app.kubernetes.io/name': 'partner-agent-status', 'app.kubernetes.io/instance': 'pas', 'app.kubernetes.io/component': 'test' },
-      },
-    });
-    expect(metrics?.from).toEqual([
+    expect(http?.from).toEqual([
+      { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'envoy-gateway-system' } } },
       {
-        namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } },
-        podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } },
+        podSelector: {
+          matchLabels: { 'app.kubernetes.io/name': 'partner-agent-status', 'app.kubernetes.io/instance': 'pas', 'app.kubernetes.io/component': 'test' },
+        },
       },
     ]);
+    expect(metrics?.from).toEqual([{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } } }]);
     for (const rule of rules) expect(rule.from?.length, 'a rule without peers would admit everyone').toBeGreaterThan(0);
   });
 
-  it('lets out DNS, PostgreSQL, Redis, spend management and AWS, to the configured peers', () => {
+  it('closes the metrics port when no peer is given for it', () => {
+    expect(policy({ setJson: ['networkPolicy.ingress.metrics=[]'] }).spec?.ingress?.map((r) => r.ports?.map((p) => p.port))).toEqual([['http']]);
+  });
+
+  it('lets out only DNS to kube-system, PostgreSQL, Redis, spend management and AWS by default', () => {
     const egress = policy().spec?.egress ?? [];
-    const ports = egress.map((rule) => (rule.ports ?? []).map((p) => `${String(p.port)}/${p.protocol ?? 'TCP'}`));
-    expect(ports).toEqual([['53/UDP', '53/TCP'], ['5432/TCP'], ['6379/TCP'], ['8080/TCP'], ['443/TCP'], ['4318/TCP']]);
+    expect(egress.map(ports)).toEqual([['53/UDP', '53/TCP'], ['5432/TCP'], ['6379/TCP'], ['8080/TCP'], ['443/TCP']]);
+    expect(egress[0]?.to).toEqual([
+      { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } }, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } },
+    ]);
+    for (const rule of egress) expect(rule.ports?.length, 'an egress rule without ports would allow every port').toBeGreaterThan(0);
+  });
+
+  it('takes the spend-management port from its URL unless ports are given', () => {
+    const spendPorts = (options: RenderOptions): string[] => ports((policy(options).spec?.egress ?? [])[3] ?? {});
+    expect(spendPorts({ set: ['spendManagement.url=https://spend.example.com'] })).toEqual(['443/TCP']);
+    expect(spendPorts({ set: ['spendManagement.url=http://spend.example.com'] })).toEqual(['80/TCP']);
+    expect(spendPorts({ set: ['spendManagement.url=https://spend.example.com:8443/api'] })).toEqual(['8443/TCP']);
+    expect(spendPorts({ set: ['networkPolicy.egress.spendManagement.ports={9000}'] })).toEqual(['9000/TCP']);
+  });
+
+  it('lets out the OpenTelemetry collector only while tracing is on, on the port of its endpoint', () => {
+    const egress = policy(everything).spec?.egress ?? [];
+    expect(egress.map(ports)).toEqual([['53/UDP', '53/TCP'], ['5432/TCP'], ['6379/TCP'], ['8080/TCP'], ['443/TCP'], ['4318/TCP'], ['9000/TCP']]);
     expect(egress[1]?.to).toEqual([{ ipBlock: { cidr: '10.20.0.0/16' } }]);
     expect(egress[4]?.to).toEqual([{ ipBlock: { cidr: '0.0.0.0/0', except: ['169.254.169.254/32'] } }]);
-    for (const rule of egress) expect(rule.ports?.length, 'an egress rule without ports would allow every port').toBeGreaterThan(0);
+    expect(egress[5]?.to).toEqual([{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'observability' } } }]);
+    expect(ports((policy({ set: ['otel.enabled=true'] }).spec?.egress ?? [])[5] ?? {})).toEqual(['4318/TCP']);
+    expect(ports((policy({ set: ['otel.enabled=true', 'otel.exporterOtlpEndpoint=http://collector:4317'] }).spec?.egress ?? [])[5] ?? {})).toEqual(['4317/TCP']);
   });
 });
 

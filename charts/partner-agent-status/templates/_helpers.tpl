@@ -142,6 +142,179 @@ The checks a JSON schema cannot express. Included by the Deployment, so every re
 {{- if and $v.ingress.enabled (not $v.ingress.hosts) $v.ingress.tls }}
 {{- fail "ingress.tls needs ingress.hosts: a TLS certificate is chosen by host name" }}
 {{- end }}
+{{- if $v.ingress.enabled }}
+{{- range $i, $tls := $v.ingress.tls }}
+{{- range $tls.hosts }}
+{{- if not (has . $v.ingress.hosts) }}
+{{- fail (printf "ingress.tls[%d] names host %s, which is not in ingress.hosts: the Ingress would not route it" $i .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if le (mul (int $v.ingress.proxyTimeoutSeconds) 1000) (int $v.config.requestDeadlineMs) }}
+{{- fail (printf "ingress.proxyTimeoutSeconds (%d s) must be above config.requestDeadlineMs (%d ms): the controller would cut slow disables off with a 504 before the service answers" (int $v.ingress.proxyTimeoutSeconds) (int $v.config.requestDeadlineMs)) }}
+{{- end }}
+{{- range $name := list "nginx.ingress.kubernetes.io/proxy-read-timeout" "nginx.ingress.kubernetes.io/proxy-send-timeout" }}
+{{- if hasKey $v.ingress.annotations $name }}
+{{- fail (printf "ingress.annotations must not set %s: the chart sets it from ingress.proxyTimeoutSeconds" $name) }}
+{{- end }}
+{{- end }}
+{{- range $name, $value := $v.ingress.annotations }}
+{{- if and (hasPrefix "nginx.ingress.kubernetes.io/proxy-next-upstream" $name) (contains "non_idempotent" $value) }}
+{{- fail (printf "ingress.annotations %s must not contain non_idempotent: a POST retried by the proxy would be counted twice against the partner's rate limit" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $v.httpRoute.enabled }}
+{{- if not $v.httpRoute.parentRefs }}
+{{- fail "httpRoute.parentRefs must name at least one Gateway when httpRoute.enabled is true" }}
+{{- end }}
+{{- if le (mul (int $v.httpRoute.requestTimeoutSeconds) 1000) (int $v.config.requestDeadlineMs) }}
+{{- fail (printf "httpRoute.requestTimeoutSeconds (%d s) must be above config.requestDeadlineMs (%d ms): the Gateway would cut slow disables off with a 504 before the service answers" (int $v.httpRoute.requestTimeoutSeconds) (int $v.config.requestDeadlineMs)) }}
+{{- end }}
+{{- end }}
+{{- if gt (int $v.config.worker.backoffBaseMs) (int $v.config.worker.backoffMaxMs) }}
+{{- fail "config.worker.backoffBaseMs must not exceed config.worker.backoffMaxMs" }}
+{{- end }}
+{{- include "pas.validateExtraEnv" . }}
+{{- end }}
+
+{{/*
+extraEnv may neither repeat a name the chart sets (in env or in the ConfigMap) nor repeat itself.
+Kubernetes server-side apply (Helm 4's default for new releases) rejects duplicate env names at
+install time, and `helm template`/`helm lint` cannot see that: this makes every render fail instead.
+*/}}
+{{- define "pas.validateExtraEnv" -}}
+{{- $builtin := keys (include "pas.configData" . | fromYaml) }}
+{{- range (include "pas.env" . | fromYamlArray) }}
+{{- $builtin = append $builtin .name }}
+{{- end }}
+{{- $seen := dict }}
+{{- range $i, $entry := .Values.extraEnv }}
+{{- if has $entry.name $builtin }}
+{{- fail (printf "extraEnv[%d].name %s is already set by the chart: set the chart value that renders it instead (values.yaml), not an extra entry" $i $entry.name) }}
+{{- end }}
+{{- if hasKey $seen $entry.name }}
+{{- fail (printf "extraEnv[%d].name %s repeats an earlier extraEnv entry: give each variable once" $i $entry.name) }}
+{{- end }}
+{{- $_ := set $seen $entry.name true }}
+{{- end }}
+{{- end }}
+
+{{/*
+The service's plain environment: the ConfigMap's data, loaded with envFrom. The pod template
+carries a checksum of it, so a change here rolls the pods.
+*/}}
+{{- define "pas.configData" -}}
+{{- $c := .Values.config -}}
+PORT: {{ .Values.ports.http | int64 | toString | quote }}
+METRICS_PORT: {{ .Values.ports.metrics | int64 | toString | quote }}
+LOG_LEVEL: {{ $c.logLevel | quote }}
+DRAIN_DELAY_MS: {{ $c.drainDelayMs | int64 | toString | quote }}
+SHUTDOWN_TIMEOUT_MS: {{ $c.shutdownTimeoutMs | int64 | toString | quote }}
+REQUEST_DEADLINE_MS: {{ $c.requestDeadlineMs | int64 | toString | quote }}
+OVERLOAD_MAX_EVENT_LOOP_DELAY_MS: {{ $c.overloadMaxEventLoopDelayMs | int64 | toString | quote }}
+RATE_LIMIT_MAX: {{ $c.rateLimit.max | int64 | toString | quote }}
+RATE_LIMIT_WINDOW_MS: {{ $c.rateLimit.windowMs | int64 | toString | quote }}
+DISABLES_IN_FLIGHT_PER_NETWORK: {{ $c.disablesInFlightPerNetwork | int64 | toString | quote }}
+DISABLE_BATCHES_IN_FLIGHT: {{ $c.pipeline.disableBatchesInFlight | int64 | toString | quote }}
+SPEND_MANAGEMENT_MAX_CONCURRENCY: {{ $c.pipeline.spendManagementMaxConcurrency | int64 | toString | quote }}
+WORKER_POLL_INTERVAL_MS: {{ $c.worker.pollIntervalMs | int64 | toString | quote }}
+WORKER_LEASE_MS: {{ $c.worker.leaseMs | int64 | toString | quote }}
+WORKER_BACKOFF_BASE_MS: {{ $c.worker.backoffBaseMs | int64 | toString | quote }}
+WORKER_BACKOFF_MAX_MS: {{ $c.worker.backoffMaxMs | int64 | toString | quote }}
+WORKER_CONCURRENCY: {{ $c.worker.concurrency | int64 | toString | quote }}
+SECRETS_MANAGER_CONNECT_TIMEOUT_MS: {{ $c.secretsManager.connectTimeoutMs | int64 | toString | quote }}
+SECRETS_MANAGER_REQUEST_TIMEOUT_MS: {{ $c.secretsManager.requestTimeoutMs | int64 | toString | quote }}
+SECRETS_MANAGER_MAX_ATTEMPTS: {{ $c.secretsManager.maxAttempts | int64 | toString | quote }}
+DATABASE_POOL_SIZE: {{ .Values.database.poolSize | int64 | toString | quote }}
+DATABASE_STATEMENT_TIMEOUT_MS: {{ .Values.database.statementTimeoutMs | int64 | toString | quote }}
+REDIS_KEY_PREFIX: {{ .Values.redis.keyPrefix | quote }}
+REDIS_COMMAND_TIMEOUT_MS: {{ .Values.redis.commandTimeoutMs | int64 | toString | quote }}
+SPEND_MANAGEMENT_URL: {{ .Values.spendManagement.url | quote }}
+SPEND_MANAGEMENT_TIMEOUT_MS: {{ .Values.spendManagement.timeoutMs | int64 | toString | quote }}
+BREAKER_ERROR_THRESHOLD_PERCENT: {{ .Values.breaker.errorThresholdPercent | int64 | toString | quote }}
+BREAKER_VOLUME_THRESHOLD: {{ .Values.breaker.volumeThreshold | int64 | toString | quote }}
+BREAKER_RESET_TIMEOUT_MS: {{ .Values.breaker.resetTimeoutMs | int64 | toString | quote }}
+BREAKER_ROLLING_WINDOW_MS: {{ .Values.breaker.rollingWindowMs | int64 | toString | quote }}
+{{- with .Values.nodeOptions }}
+NODE_OPTIONS: {{ . | quote }}
+{{- end }}
+{{- if eq .Values.partnerKeys.mode "file" }}
+PARTNER_KEYS_FILE: {{ include "pas.partnerKeysFile" . | quote }}
+PARTNER_KEYS_POLL_INTERVAL_MS: {{ .Values.partnerKeys.pollIntervalMs | int64 | toString | quote }}
+{{- else }}
+PARTNER_KEYS_SECRET_ID: {{ .Values.partnerKeys.secretsManager.secretId | quote }}
+PARTNER_KEYS_REFRESH_INTERVAL_MS: {{ .Values.partnerKeys.secretsManager.refreshIntervalMs | int64 | toString | quote }}
+{{- with .Values.partnerKeys.secretsManager.region }}
+AWS_REGION: {{ . | quote }}
+{{- end }}
+{{- end }}
+OTEL_SDK_DISABLED: {{ not .Values.otel.enabled | toString | quote }}
+OTEL_SERVICE_NAME: {{ .Values.otel.serviceName | quote }}
+{{- if .Values.otel.enabled }}
+OTEL_TRACES_SAMPLER: {{ .Values.otel.tracesSampler | quote }}
+OTEL_TRACES_SAMPLER_ARG: {{ .Values.otel.tracesSamplerArg | toString | quote }}
+{{- end }}
+{{- with .Values.otel.exporterOtlpEndpoint }}
+OTEL_EXPORTER_OTLP_ENDPOINT: {{ . | quote }}
+{{- end }}
+# Metrics are served by the service itself (prom-client on METRICS_PORT); logs go to stdout.
+OTEL_METRICS_EXPORTER: "none"
+OTEL_LOGS_EXPORTER: "none"
+{{- end }}
+
+{{/* The service container's own env entries (the ones that are not plain values). */}}
+{{- define "pas.env" -}}
+- name: DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.database.urlSecret.name }}
+      key: {{ .Values.database.urlSecret.key }}
+- name: REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.urlSecret.name }}
+      key: {{ .Values.redis.urlSecret.key }}
+{{- if .Values.spendManagement.tokenSecret.name }}
+- name: SPEND_MANAGEMENT_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.spendManagement.tokenSecret.name }}
+      key: {{ .Values.spendManagement.tokenSecret.key }}
+{{- end }}
+{{- if .Values.otel.enabled }}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+# $(VAR) expands only from variables defined earlier in the list.
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ printf "service.version=%s,k8s.namespace.name=$(POD_NAMESPACE),k8s.pod.name=$(POD_NAME),k8s.node.name=$(NODE_NAME)" (include "pas.imageTag" .) | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The port a URL points at: its explicit port, else 443 for https and 80 for http. Used to derive
+NetworkPolicy egress ports from spendManagement.url and otel.exporterOtlpEndpoint.
+*/}}
+{{- define "pas.urlPort" -}}
+{{- $url := urlParse . }}
+{{- $hostPort := splitList ":" $url.host }}
+{{- if gt (len $hostPort) 1 }}
+{{- last $hostPort }}
+{{- else if eq $url.scheme "https" }}
+{{- 443 }}
+{{- else }}
+{{- 80 }}
+{{- end }}
 {{- end }}
 
 {{/* The restricted container security context shared by every pod of the chart. */}}
@@ -149,10 +322,15 @@ The checks a JSON schema cannot express. Included by the Deployment, so every re
 {{- toYaml .Values.securityContext }}
 {{- end }}
 
+{{/* The only path of the Ingress and the HTTPRoute: the partner API prefix. */}}
+{{- define "pas.partnerPathPrefix" -}}
+/partner/
+{{- end }}
+
 {{/* The only route of the Ingress: the partner API prefix. */}}
 {{- define "pas.ingressPaths" -}}
 paths:
-  - path: /partner/
+  - path: {{ include "pas.partnerPathPrefix" . }}
     pathType: Prefix
     backend:
       service:
