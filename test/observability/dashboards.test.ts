@@ -22,8 +22,9 @@ const usesDatasourceVariable = (ds: GrafanaDatasource) =>
 
 /** Every `datasource` property anywhere in the JSON, with its path. */
 function datasourceRefs(value: unknown, path: string, out: { path: string; ds: GrafanaDatasource }[] = []) {
-  if (Array.isArray(value)) value.forEach((v, i) => datasourceRefs(v, `${path}[${i}]`, out));
-  else if (typeof value === 'object' && value !== null) {
+  if (Array.isArray(value)) {
+    for (const [i, v] of value.entries()) datasourceRefs(v, `${path}[${i}]`, out);
+  } else if (typeof value === 'object' && value !== null) {
     for (const [key, v] of Object.entries(value)) {
       if (key === 'datasource') out.push({ path: `${path}.${key}`, ds: v as GrafanaDatasource });
       else datasourceRefs(v, `${path}.${key}`, out);

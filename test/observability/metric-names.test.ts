@@ -49,6 +49,16 @@ describe('metric names in dashboards and rules', () => {
       'service_ready',
       'process_cpu_seconds_total',
       'nodejs_eventloop_lag_p99_seconds',
+      // durable disables and limits: zero-initialised or declared, so present before any event
+      'pending_disables',
+      'pending_disables_oldest_age_seconds',
+      'disable_worker_attempts_total',
+      'campaigns_not_confirmed_total',
+      'spend_management_auth_failures_total',
+      'partner_requests_limited_total',
+      'rate_limit_store_errors_total',
+      'requests_shed_total',
+      'log_lines_suppressed_total',
     ]) {
       expect(exported, name).toContain(name);
     }
