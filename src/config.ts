@@ -174,7 +174,7 @@ export function loadConfig(env: Env = process.env): Config {
       pollIntervalMs: integer(env, 'WORKER_POLL_INTERVAL_MS', 2_000, 50, 60_000),
       leaseMs: integer(env, 'WORKER_LEASE_MS', 15_000, 1_000, 60_000),
       backoffBaseMs: integer(env, 'WORKER_BACKOFF_BASE_MS', 1_000, 10, 60_000),
-      backoffMaxMs: integer(env, 'WORKER_BACKOFF_MAX_MS', 20_000, 100, 60_000),
+      backoffMaxMs: integer(env, 'WORKER_BACKOFF_MAX_MS', 20_000, 10, 60_000),
       concurrency: integer(env, 'WORKER_CONCURRENCY', 4, 1, 100),
     },
     secretsManager: {

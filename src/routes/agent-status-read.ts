@@ -2,7 +2,7 @@ import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typ
 import type { onRequestAsyncHookHandler } from 'fastify';
 import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
 import { problemDetails } from '../errors.js';
-import { agentIdPattern, exampleAgentId, exampleNetworkId, limitResponses } from './agent-status.js';
+import { agentIdPattern, exampleAgentId, exampleNetworkId, limitResponses, rateLimitHeaders } from './agent-status.js';
 import { problemResponse } from './problem-schema.js';
 
 const AgentStatusView = Type.Object(
@@ -42,6 +42,7 @@ export const agentStatusReadRoute: FastifyPluginAsyncTypebox<AgentStatusReadRout
         response: {
           200: {
             description: 'The agent\'s status.',
+            headers: rateLimitHeaders,
             content: {
               'application/json': {
                 schema: AgentStatusView,

@@ -11,12 +11,16 @@ export const agentIdPattern = '^us-east-1:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0
 export const exampleAgentId = 'us-east-1:3f1c2b9e-5d4a-4e8f-9a7b-1c2d3e4f5a6b';
 export const exampleNetworkId = '8d2f6a4c-1b3e-4f5a-9c7d-0e1f2a3b4c5d';
 
+// Response headers as @fastify/swagger takes them: one schema each (it wraps them for OpenAPI).
 const retryAfterHeader = {
-  'retry-after': { description: 'Seconds to wait before repeating the request.', schema: { type: 'integer', minimum: 1 } },
+  'retry-after': { type: 'string', pattern: '^[1-9][0-9]*$', description: 'Seconds to wait before repeating the request.' },
 };
-const rateLimitHeaders = {
-  'ratelimit-policy': { description: 'The IETF draft RateLimit-Policy field: `"partner";q=<requests>;w=<window seconds>` (present while a rate limit is configured).', schema: { type: 'string' } },
-  ratelimit: { description: 'The IETF draft RateLimit field: `"partner";r=<requests left>;t=<seconds until the window resets>`.', schema: { type: 'string' } },
+export const rateLimitHeaders = {
+  'ratelimit-policy': {
+    type: 'string',
+    description: 'The IETF draft RateLimit-Policy field, `"partner";q=<requests>;w=<window seconds>`, while a rate limit is configured.',
+  },
+  ratelimit: { type: 'string', description: 'The IETF draft RateLimit field, `"partner";r=<requests left>;t=<seconds until the window resets>`.' },
 };
 
 /** The statuses every partner route shares beyond its own: the limits of CONTRACT.md section 10. */
@@ -96,6 +100,7 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
         response: {
           200: {
             description: 'The agent now has the requested state. Also the answer to a repeated request.',
+            headers: rateLimitHeaders,
             content: {
               'application/json': {
                 schema: AgentStatusResponse,

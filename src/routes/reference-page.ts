@@ -1,0 +1,119 @@
+import { createHash } from 'node:crypto';
+import { promisify } from 'node:util';
+import { gzip } from 'node:zlib';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { openApiPath } from './openapi.js';
+
+/** Where partners read the API: `GET /partner/docs` (it redirects to `/partner/docs/`). */
+export const referencePagePath = '/partner/docs';
+const scriptPath = `${referencePagePath}/js/scalar.js`;
+
+/** Scalar's in-browser renderer, configured so that nothing leaves the partner's browser for a third party. */
+const scalarConfiguration = {
+  // The very document the service serves; the page fetches it from the same origin.
+  url: openApiPath,
+  pageTitle: 'Partner Agent Status API reference',
+  // Fonts would come from fonts.scalar.com; the in-page API client would go through proxy.scalar.com.
+  withDefaultFonts: false,
+  telemetry: false,
+  hideClientButton: true,
+  hideTestRequestButton: true,
+};
+
+interface Asset {
+  body: Buffer;
+  gzipped: Buffer;
+  etag: string;
+}
+
+interface ReferencePage {
+  html: string;
+  contentSecurityPolicy: string;
+  script: Asset;
+}
+
+/** `'sha256-…'` sources for every inline script of the page, so the policy needs no 'unsafe-inline' for scripts. */
+function inlineScriptHashes(html: string): string[] {
+  return [...html.matchAll(/<script(?![^>]*\bsrc=)[^>]*>([\s\S]*?)<\/script>/g)].map(
+    ([, source]) => `'sha256-${createHash('sha256').update(source ?? '').digest('base64')}'`,
+  );
+}
+
+/**
+ * Renders the page once, through @scalar/fastify-api-reference itself in an app of its own. The
+ * package inlines its 4.9 MB browser bundle into its module, which costs ~28 MiB and ~120 ms to
+ * load: that is paid on the first visit to the page, not by every replica at start.
+ */
+async function renderReferencePage(): Promise<ReferencePage> {
+  const { default: scalar } = await import('@scalar/fastify-api-reference');
+  const renderer: FastifyInstance = Fastify({ logger: false });
+  try {
+    await renderer.register(scalar, { routePrefix: referencePagePath, configuration: scalarConfiguration });
+    const [page, script] = await Promise.all([renderer.inject(`${referencePagePath}/`), renderer.inject(scriptPath)]);
+    if (page.statusCode !== 200 || script.statusCode !== 200) throw new Error(`the reference page did not render (${page.statusCode}, ${script.statusCode})`);
+    const scriptBody = script.rawPayload;
+    const contentSecurityPolicy = [
+      "default-src 'none'",
+      `script-src 'self' ${inlineScriptHashes(page.body).join(' ')}`,
+      // The bundle injects its styles at run time (style elements and attributes): those cannot
+      // carry a hash, and style injection cannot run code.
+      "style-src 'self' 'unsafe-inline'",
+      "img-src 'self' data:",
+      "font-src 'self' data:",
+      // The OpenAPI document, from this origin only.
+      "connect-src 'self'",
+      "base-uri 'none'",
+      "form-action 'none'",
+      "frame-ancestors 'none'",
+    ].join('; ');
+    return {
+      html: page.body,
+      contentSecurityPolicy,
+      script: {
+        body: scriptBody,
+        gzipped: await promisify(gzip)(scriptBody),
+        etag: `"${createHash('sha256').update(scriptBody).digest('base64url').slice(0, 27)}"`,
+      },
+    };
+  } finally {
+    await renderer.close();
+  }
+}
+
+/**
+ * The partner reference page: Scalar's renderer over the OpenAPI document of `GET
+ * /partner/openapi.json`, with every asset served from the package (nothing from a CDN) and a content
+ * security policy on the HTML. It needs no key and is not rate limited (authentication and the rate
+ * limit are hooks of the agent routes only), and it is left out of the OpenAPI document.
+ *
+ * The page is rendered on its first request and kept. The HTML is never cached (the app's
+ * `cache-control: no-store`); the script is cacheable and revalidated by its ETag.
+ */
+export async function referencePageRoutes(app: FastifyInstance): Promise<void> {
+  let rendered: Promise<ReferencePage> | undefined;
+  const page = () => {
+    rendered ??= renderReferencePage().catch((error: unknown) => {
+      rendered = undefined; // a failed render is tried again on the next visit
+      throw error;
+    });
+    return rendered;
+  };
+  const hidden = { schema: { hide: true } };
+
+  app.get(referencePagePath, hidden, async (_request, reply) => reply.redirect(`${referencePagePath}/`, 301));
+
+  app.get(`${referencePagePath}/`, hidden, async (_request, reply) => {
+    const { html, contentSecurityPolicy } = await page();
+    return reply.header('content-security-policy', contentSecurityPolicy).type('text/html; charset=utf-8').send(html);
+  });
+
+  app.get(scriptPath, hidden, async (request: FastifyRequest, reply: FastifyReply) => {
+    const { script } = await page();
+    // Replaces the app's no-store: the bundle only changes with the package version.
+    reply.header('cache-control', 'public, max-age=3600').header('etag', script.etag).header('vary', 'accept-encoding');
+    if (request.headers['if-none-match'] === script.etag) return reply.code(304).send();
+    reply.type('application/javascript; charset=utf-8');
+    if (/\bgzip\b/.test(String(request.headers['accept-encoding'] ?? ''))) return reply.header('content-encoding', 'gzip').send(script.gzipped);
+    return reply.send(script.body);
+  });
+}
