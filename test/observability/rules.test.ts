@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { allRules, paths, ruleTestFile, runbookAlertSections, runbookAnchors } from './artifacts.js';
 import { metricNamesOf } from './promql.js';
@@ -57,6 +58,13 @@ describe('the alert rule file', () => {
       else if (match[1] !== rule.alert?.toLowerCase()) problems.push(`${rule.alert}: links to #${match[1]}, not its own section`);
     }
     expect(problems, problems.join('\n')).toEqual([]);
+  });
+
+  it('links within the runbook only to headings that exist', () => {
+    const anchors = runbookAnchors();
+    const links = [...readFileSync(paths.runbook, 'utf8').matchAll(/\]\(#([^)]+)\)/g)].map((m) => m[1] ?? '');
+    expect(links.length).toBeGreaterThan(10);
+    expect(links.filter((anchor) => !anchors.has(anchor))).toEqual([]);
   });
 
   it('has a runbook section for every alert and no section for an alert that does not exist', () => {
