@@ -40,9 +40,17 @@ function infoDescription(bodyLimitKiB: number): string {
 
 Every call carries your API key in the \`x-api-key\` header; no other place (query string, \`Authorization\`) is read, and no other scheme is accepted. A missing or unknown key gets a 401 before anything else is looked at. Each key is bound to exactly one network, and the calls act on that network only: an agent of another network gets a 404 identical to the one for an agent that does not exist at all. Keep keys out of client-side apps, source control and logs.
 
-## Retrying
+## Retrying, and what a 500 means
 
-Repeating a request is always safe. A disable of an agent that is already disabled, with nothing left to pause, answers 200 with \`pausedCampaignCount\` \`0\`. A 500 means the request did not complete; on a disable, typically because a system holding campaign state did not confirm a pause. The agent may then already be disabled with some campaigns paused and others not yet: repeating the same request completes the job. Retry a 500 with a back-off until you get a 200; do not repeat a 4xx unchanged, fix the request first.
+Repeating a request is always safe. A disable of an agent that is already disabled, with nothing left to pause, answers 200 with \`pausedCampaignCount\` \`0\`.
+
+A disable the service has accepted is never lost. If it cannot pause every campaign within the request (a system holding campaign state failed, or did not confirm some campaigns, or the work takes longer than one request may), the answer is a 500 with \`pausedCampaignCount\` and \`remainingCampaignCount\`: the agent is disabled, and the service goes on pausing the remaining campaigns by itself, without any further request. \`GET /partner/agents/{agentId}/status\` shows the progress (\`disableInProgress\`, \`activeUnpausedCampaignCount\`). An enable answered after a disable was requested supersedes it: that disable stops and answers 409.
+
+Do not repeat a 4xx unchanged: fix the request first (400, 401, 404, 413, 415), or wait for \`Retry-After\` seconds (429, 503).
+
+## Limits
+
+Each network may make a limited number of requests per window, counted across all replicas; every successful answer carries the IETF draft fields \`RateLimit-Policy\` and \`RateLimit\`, and a request over the limit gets a 429 with \`Retry-After\`. A network may also disable only a few agents at once; a disable of a further agent gets a 429 at once (repeating a disable of an agent already being disabled waits for it instead). A 429 changes nothing.
 
 ## Errors
 

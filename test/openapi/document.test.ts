@@ -178,7 +178,9 @@ describe('the document is a partner reference', () => {
       /paused by a disable stay paused/,
       /identical to the one for an agent that does not exist at all/,
       /Repeating a request is always safe/,
-      /repeating the same request completes the job/,
+      /goes on pausing the remaining campaigns by itself, without any further request/,
+      /supersedes it: that disable stops and answers 409/,
+      /counted across all replicas/,
       /`x-api-key` header/,
     ]) {
       expect(text).toMatch(rule);
