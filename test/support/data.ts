@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { inject } from 'vitest';
-import { insertAgent, insertCampaigns, insertNetwork } from './platform-rows.js';
+import { insertAgent, insertCampaigns, insertNetwork } from '../../src/dev/seed.js';
 
 /** Direct access to the run's database for seeding and reading back, outside the service. */
 export function testDatabase() {
