@@ -4,11 +4,12 @@
 #   2. the Secrets values-dev.yaml refers to: DATABASE_URL, REDIS_URL and, when it does not exist
 #      yet, the partner-keys Secret with one random key made now (printed once, below; never
 #      written to a file in the repository),
-#   3. the chart (helm upgrade --install with k8s-dev/values-dev.yaml; its pre-install hook runs
-#      the migrations), then `helm test`,
+#   3. the chart (helm upgrade --install with k8s-dev/values-dev.yaml: its HTTPRoute attaches to
+#      the Gateway of create-cluster.sh, its pre-install hook runs the migrations), then `helm test`
+#      and a wait until the Gateway has accepted the route,
 #   4. for a new key: a network, an agent and two campaigns for it, and a curl line to try it.
 # Re-running it upgrades the release and keeps the partner keys.
-# Needs: kubectl, helm (or the repository's own after npm ci). See docs/qa.md.
+# Needs: kubectl, helm 3.17+ (or the repository's own after npm ci). See docs/qa.md.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -57,6 +58,8 @@ echo "helm upgrade --install ${RELEASE}"
   --values k8s-dev/values-dev.yaml --wait --timeout 5m
 k rollout status deployment "$(release_fullname)" --timeout=300s
 "$helm" test "$RELEASE" --kube-context "$KUBE_CONTEXT" --namespace "$NAMESPACE" --logs
+k wait "httproute/$(release_fullname)" --timeout=120s \
+  --for=jsonpath='{.status.parents[0].conditions[?(@.type=="Accepted")].status}'=True
 
 if [ -n "$new_key" ]; then
   agent_id="us-east-1:$(new_uuid)"
@@ -72,7 +75,7 @@ Partner key for network ${network_id} (shown once; it lives only in the Secret $
 
 Try it (disables the demo agent and pauses its two campaigns):
 
-  curl -i -X POST http://localhost:${INGRESS_HTTP_PORT}/partner/agents/status \\
+  curl -i -X POST http://localhost:${GATEWAY_HTTP_PORT}/partner/agents/status \\
     -H 'content-type: application/json' -H 'x-api-key: ${new_key}' \\
     -d '{"agentId":"${agent_id}","enabled":false}'
 

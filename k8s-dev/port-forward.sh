@@ -3,7 +3,7 @@
 # the e2e suite's seeder, until stopped (Ctrl-C, or SIGTERM from run-e2e.sh):
 #   PostgreSQL 127.0.0.1:${PG_LOCAL_PORT}, Redis 127.0.0.1:${REDIS_LOCAL_PORT},
 #   simulator  127.0.0.1:${SIMULATOR_LOCAL_PORT}
-# The partner API itself is reached through the ingress, not forwarded.
+# The partner API itself is reached through the Gateway, not forwarded.
 # Needs: kubectl. See docs/qa.md.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail

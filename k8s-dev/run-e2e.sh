@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the Playwright suite (npm run test:e2e) against the dev cluster: the partner API through the
-# ingress (BASE_URL=http://localhost:8080, E2E_VIA_INGRESS=1, so the ingress spec runs too), the
-# seeder through port-forward.sh, partner keys added to the chart's Secret with kubectl.
+# Gateway (Envoy Gateway, the chart's HTTPRoute; BASE_URL=http://localhost:8080, and
+# E2E_VIA_INGRESS=1 says "through the edge proxy", so the exposure spec checks what it routes),
+# the seeder through port-forward.sh, partner keys added to the chart's Secret with kubectl.
 # Extra arguments go to Playwright, e.g. k8s-dev/run-e2e.sh --grep 'disable'.
 # Needs: kubectl, Node and npm (after npm ci), curl. See docs/qa.md.
 # shellcheck source-path=SCRIPTDIR
@@ -23,7 +24,7 @@ wait_for_port "$PG_LOCAL_PORT" PostgreSQL
 wait_for_port "$REDIS_LOCAL_PORT" Redis
 wait_for_port "$SIMULATOR_LOCAL_PORT" "the simulator"
 
-export BASE_URL="http://localhost:${INGRESS_HTTP_PORT}"
+export BASE_URL="http://localhost:${GATEWAY_HTTP_PORT}"
 export E2E_VIA_INGRESS=1
 export E2E_DATABASE_URL="postgres://postgres@127.0.0.1:${PG_LOCAL_PORT}/${DATABASE_NAME}"
 export E2E_REDIS_URL="redis://127.0.0.1:${REDIS_LOCAL_PORT}"

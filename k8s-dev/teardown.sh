@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Removes the dev environment. By default deletes the whole kind cluster (everything goes with it).
-# With --keep-cluster, only uninstalls the release and deletes the dev namespace (the cluster and
-# ingress-nginx stay, for a quick k8s-dev/install.sh).
+# With --keep-cluster, only uninstalls the release and deletes the dev namespace (the cluster,
+# Envoy Gateway and the dev Gateway stay, for a quick k8s-dev/install.sh).
 # Needs: kind (or, with --keep-cluster, kubectl and helm). See docs/qa.md.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail

@@ -1,14 +1,14 @@
 // The kind dev environment (k8s-dev/) checked without a cluster: every manifest object against the
-// Kubernetes schemas (kubernetes-models, through the chart tests' validateObject), the chart
-// rendered with k8s-dev/values-dev.yaml and validated the same way, the kind cluster config by
-// its structure (it is kind's own format, not a Kubernetes object), and the names the scripts,
-// the manifests and the values share.
+// Kubernetes and Gateway API schemas (kubernetes-models, through the chart tests' validateObject),
+// Envoy Gateway's own objects and the kind cluster config by their structure (no schema package
+// exists for them), the chart rendered with k8s-dev/values-dev.yaml under both Helm majors and
+// validated the same way, and the names and ports the scripts, the manifests and the values share.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { load, loadAll } from 'js-yaml';
 import { describe, expect, it } from 'vitest';
-import { findAll, findOne, lint, render, validateObject, type K8sObject } from '../chart/chart.js';
+import { findAll, findOne, helms, lint, render, validateObject, type K8sObject } from '../chart/chart.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const devDir = join(root, 'k8s-dev');
@@ -24,6 +24,7 @@ function yamlFiles(dir: string): string[] {
 }
 
 const manifestFiles = readdirSync(manifestsDir).filter((name) => /\.ya?ml$/.test(name)).sort();
+const gatewayObjects = loadAll(readFileSync(join(devDir, 'gateway', 'gateway.yaml'), 'utf8')).filter((doc) => doc !== null && doc !== undefined) as K8sObject[];
 const manifestObjects: Array<{ file: string; object: K8sObject }> = manifestFiles.flatMap((file) =>
   loadAll(readFileSync(join(manifestsDir, file), 'utf8'))
     .filter((doc) => doc !== null && doc !== undefined)
@@ -44,7 +45,7 @@ const values: Json = load(readFileSync(valuesDev, 'utf8'));
 
 describe('k8s-dev YAML files', () => {
   it('are each checked by this file: the kind config, the chart values, or Kubernetes manifests', () => {
-    const checked = ['kind-cluster.yaml', 'values-dev.yaml', ...manifestFiles.map((file) => `manifests/${file}`)].sort();
+    const checked = ['kind-cluster.yaml', 'values-dev.yaml', 'gateway/gateway.yaml', ...manifestFiles.map((file) => `manifests/${file}`)].sort();
     expect(yamlFiles(devDir).sort()).toEqual(checked);
   });
 });
@@ -98,15 +99,16 @@ describe('k8s-dev/manifests: every object matches its Kubernetes schema', () => 
 describe('the chart with k8s-dev/values-dev.yaml', () => {
   const objects = () => render({ values: [valuesDev] });
 
-  it('passes helm lint --strict', () => {
-    const result = lint({ values: [valuesDev] });
+  it.each(helms)('passes helm lint --strict with %s', (_helm, binary) => {
+    const result = lint({ values: [valuesDev], helm: binary.major, kubeVersion: '1.35.0' });
     expect(result.stderr + result.stdout).toContain('0 chart(s) failed');
     expect(result.status).toBe(0);
   });
 
-  it('renders objects that all match their Kubernetes schemas', () => {
-    expect(objects().length).toBeGreaterThan(0);
-    for (const object of objects()) validateObject(object);
+  it.each(helms)('renders objects that all match their Kubernetes schemas with %s', (_helm, binary) => {
+    const rendered = render({ values: [valuesDev], helm: binary.major, kubeVersion: '1.35.0' });
+    expect(rendered.length).toBeGreaterThan(0);
+    for (const object of rendered) validateObject(object);
   });
 
   it('renders nothing kind cannot take: no ExternalSecret, no Prometheus Operator objects, no dashboards', () => {
@@ -115,12 +117,26 @@ describe('the chart with k8s-dev/values-dev.yaml', () => {
     expect(findAll(objects(), 'ConfigMap').filter((c) => c.metadata.labels?.['app.kubernetes.io/component'] === 'dashboards')).toEqual([]);
   });
 
-  it('routes /partner/ only, through the nginx ingress class, for localhost', () => {
-    const ingress = findOne<Json>(objects(), 'Ingress');
-    expect(ingress.spec.ingressClassName).toBe('nginx');
-    expect(ingress.spec.rules).toHaveLength(1);
-    expect(ingress.spec.rules[0].host).toBe('localhost');
-    expect(ingress.spec.rules[0].http.paths.map((p: Json) => p.path)).toEqual(['/partner/']);
+  it('routes /partner/ only, through an HTTPRoute on the dev Gateway, and makes no Ingress', () => {
+    expect(findAll(objects(), 'Ingress')).toEqual([]);
+    const route = findOne<Json>(objects(), 'HTTPRoute');
+    const gateway = gatewayObjects.find((o) => o.kind === 'Gateway') as Json;
+    expect(route.spec.parentRefs).toEqual([
+      { group: 'gateway.networking.k8s.io', kind: 'Gateway', name: gateway.metadata.name, namespace: gateway.metadata.namespace, sectionName: gateway.spec.listeners[0].name },
+    ]);
+    expect(route.spec.rules.map((rule: Json) => rule.matches)).toEqual([[{ path: { type: 'PathPrefix', value: '/partner/' } }]]);
+    // Every host: the suite's requests carry Host: localhost:<port>.
+    expect(route.spec.hostnames).toBeUndefined();
+  });
+
+  it('admits the Envoy pods of the dev Gateway through the NetworkPolicy', () => {
+    const policy = findOne<Json>(objects(), 'NetworkPolicy');
+    expect(policy.spec.ingress[0].from).toContainEqual({ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': libSetting('GATEWAY_NAMESPACE') } } });
+  });
+
+  it('sets a rate limit the rate-limit spec reaches at once and no other spec reaches in a whole run', () => {
+    const config = findOne<Json>(objects(), 'ConfigMap').data;
+    expect(config).toMatchObject({ RATE_LIMIT_MAX: '200', RATE_LIMIT_WINDOW_MS: '10000' });
   });
 
   it('runs the locally loaded image and mounts the partner-keys Secret that install.sh makes', () => {
@@ -164,22 +180,19 @@ describe('k8s-dev/kind-cluster.yaml (kind\'s format, checked by structure)', () 
     expect(Object.keys(cluster).filter((key) => !allowed.has(key))).toEqual([]);
   });
 
-  it('labels the node ingress-ready=true, where ingress-nginx\'s kind manifest schedules its controller', () => {
-    expect(cluster.nodes[0].labels).toEqual({ 'ingress-ready': 'true' });
-  });
-
-  it('maps the node\'s ports 80 and 443 to this machine, 80 to the port run-e2e.sh calls', () => {
+  it("publishes the dev Gateway's node port on this machine, at the port run-e2e.sh calls, and nothing else", () => {
     const mappings = cluster.nodes[0].extraPortMappings as Json[];
-    const hostPortOf = (containerPort: number) => mappings.find((m) => m.containerPort === containerPort)?.hostPort;
-    expect(hostPortOf(80)).toBe(Number(libSetting('INGRESS_HTTP_PORT')));
-    expect(hostPortOf(443)).toBe(8443);
-    for (const mapping of mappings) expect(mapping.protocol).toBe('TCP');
+    const proxy = gatewayObjects.find((o) => o.kind === 'EnvoyProxy') as Json;
+    const nodePort = proxy.spec.provider.kubernetes.envoyService.patch.value.spec.ports[0].nodePort;
+    expect(mappings).toEqual([{ containerPort: nodePort, hostPort: Number(libSetting('GATEWAY_HTTP_PORT')), listenAddress: '127.0.0.1', protocol: 'TCP' }]);
+    expect(cluster.nodes[0].labels).toBeUndefined();
   });
 
-  it('pins a node image of Kubernetes 1.30 or later (the chart\'s kubeVersion)', () => {
-    const match = /^kindest\/node:v1\.(\d+)\.\d+(@sha256:[a-f0-9]{64})?$/.exec(cluster.nodes[0].image);
+  it('pins a node image by digest, of Kubernetes 1.33 to 1.36 (Envoy Gateway 1.9) and so 1.30 or later (the chart)', () => {
+    const match = /^kindest\/node:v1\.(\d+)\.\d+@sha256:[a-f0-9]{64}$/.exec(cluster.nodes[0].image);
     expect(match, cluster.nodes[0].image).not.toBeNull();
-    expect(Number(match![1])).toBeGreaterThanOrEqual(30);
+    expect(Number(match![1])).toBeGreaterThanOrEqual(33);
+    expect(Number(match![1])).toBeLessThanOrEqual(36);
   });
 
   it('is the cluster the scripts use', () => {
@@ -187,11 +200,84 @@ describe('k8s-dev/kind-cluster.yaml (kind\'s format, checked by structure)', () 
   });
 });
 
+describe('k8s-dev/gateway/gateway.yaml: the dev Gateway', () => {
+  const byKind = (kind: string): Json => {
+    const found = gatewayObjects.filter((o) => o.kind === kind);
+    expect(found, kind).toHaveLength(1);
+    return found[0];
+  };
+
+  it('holds a GatewayClass, a Gateway, and the Envoy Gateway settings they use', () => {
+    expect(gatewayObjects.map((o) => `${o.apiVersion}/${o.kind}`).sort()).toEqual(
+      [
+        'gateway.envoyproxy.io/v1alpha1/ClientTrafficPolicy',
+        'gateway.envoyproxy.io/v1alpha1/EnvoyProxy',
+        'gateway.networking.k8s.io/v1/Gateway',
+        'gateway.networking.k8s.io/v1/GatewayClass',
+      ].sort(),
+    );
+  });
+
+  it.each(gatewayObjects.filter((o) => o.apiVersion.startsWith('gateway.networking.k8s.io/')).map((o) => [`${o.kind}/${o.metadata.name}`, o] as const))(
+    '%s matches its Gateway API schema',
+    (_name, object) => validateObject(object),
+  );
+
+  it('is the Gateway the scripts wait for, run by Envoy Gateway, with the EnvoyProxy settings', () => {
+    const gateway = byKind('Gateway');
+    expect(gateway.metadata).toMatchObject({ name: libSetting('GATEWAY_NAME'), namespace: libSetting('GATEWAY_NAMESPACE') });
+    expect(byKind('GatewayClass').spec.controllerName).toBe('gateway.envoyproxy.io/gatewayclass-controller');
+    expect(gateway.spec.gatewayClassName).toBe(byKind('GatewayClass').metadata.name);
+    const proxy = byKind('EnvoyProxy');
+    expect(proxy.metadata.namespace).toBe(gateway.metadata.namespace);
+    expect(gateway.spec.infrastructure.parametersRef).toEqual({ group: 'gateway.envoyproxy.io', kind: 'EnvoyProxy', name: proxy.metadata.name });
+  });
+
+  it('exposes the HTTP listener on a NodePort whose Service port is the listener port', () => {
+    const [listener] = byKind('Gateway').spec.listeners;
+    expect(listener).toMatchObject({ protocol: 'HTTP', port: 80, allowedRoutes: { namespaces: { from: 'All' } } });
+    const service = byKind('EnvoyProxy').spec.provider.kubernetes.envoyService;
+    expect(service.type).toBe('NodePort');
+    expect(service.patch).toMatchObject({ type: 'StrategicMerge', value: { spec: { ports: [{ port: listener.port }] } } });
+    expect(service.patch.value.spec.ports[0].nodePort).toBeGreaterThanOrEqual(30000);
+    expect(service.patch.value.spec.ports[0].nodePort).toBeLessThanOrEqual(32767);
+  });
+
+  it("keeps the caller's x-request-id (Envoy Gateway replaces it by default), making one only when there is none", () => {
+    const policy = byKind('ClientTrafficPolicy');
+    expect(policy.spec).toEqual({
+      targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: byKind('Gateway').metadata.name }],
+      headers: { requestID: 'PreserveOrGenerate' },
+    });
+  });
+});
+
+describe('k8s-dev/create-cluster.sh and lib.sh', () => {
+  const script = readFileSync(join(devDir, 'create-cluster.sh'), 'utf8');
+
+  it('pins the Gateway API CRDs and Envoy Gateway to exact releases', () => {
+    expect(libSetting('GATEWAY_API_VERSION')).toMatch(/^v1\.\d+\.\d+$/);
+    expect(libSetting('ENVOY_GATEWAY_VERSION')).toMatch(/^v1\.\d+\.\d+$/);
+    expect(script).toContain('releases/download/${GATEWAY_API_VERSION}/standard-install.yaml');
+    expect(script).toMatch(/oci:\/\/docker\.io\/envoyproxy\/gateway-crds-helm --version "\$ENVOY_GATEWAY_VERSION"/);
+    expect(script).toMatch(/oci:\/\/docker\.io\/envoyproxy\/gateway-helm --version "\$ENVOY_GATEWAY_VERSION"/);
+    // One owner for the Gateway API CRDs: Envoy Gateway's chart must not install its own.
+    expect(script).toContain('--set crds.enabled=false');
+    expect(script).toContain('--set crds.gatewayAPI.enabled=false');
+  });
+
+  it('applies the dev Gateway and waits until it is programmed', () => {
+    expect(script).toContain('--filename k8s-dev/gateway/gateway.yaml');
+    expect(script).toMatch(/wait "gateway\/\$\{GATEWAY_NAME\}" --for=condition=Programmed/);
+    expect(script).not.toMatch(/ingress-nginx\/|INGRESS_NGINX/);
+  });
+});
+
 describe('k8s-dev/run-e2e.sh', () => {
   const script = readFileSync(join(devDir, 'run-e2e.sh'), 'utf8');
 
-  it('runs the suite through the ingress with every seeding variable set', () => {
-    expect(script).toContain('export BASE_URL="http://localhost:${INGRESS_HTTP_PORT}"');
+  it('runs the suite through the Gateway with every seeding variable set', () => {
+    expect(script).toContain('export BASE_URL="http://localhost:${GATEWAY_HTTP_PORT}"');
     expect(script).toContain('export E2E_VIA_INGRESS=1');
     for (const name of ['E2E_DATABASE_URL', 'E2E_REDIS_URL', 'E2E_REDIS_KEY_PREFIX', 'E2E_SIMULATOR_URL', 'E2E_PARTNER_KEYS_SECRET', 'E2E_KUBE_NAMESPACE']) {
       expect(script, name).toMatch(new RegExp(`^export ${name}=`, 'm'));
