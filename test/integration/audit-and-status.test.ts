@@ -179,7 +179,7 @@ describe('pending_disables', () => {
     const agentId = await db.agent(networkA);
     const ids = await db.campaigns(agentId, 4);
     // Spend management leaves one campaign out of its answer: not paused, the disable incomplete.
-    svc.simulator.simulator.refuse([ids[0]]);
+    svc.simulator.simulator.refuse(ids.slice(0, 1));
     const failed = await post({ agentId, enabled: false });
     const body = problemOf(failed, 500, 'dependency-failure');
     expect(body).toMatchObject({ pausedCampaignCount: 3, remainingCampaignCount: 1 });
