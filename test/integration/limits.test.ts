@@ -339,16 +339,20 @@ describe('readiness under a flood of disables', () => {
       await locker.query('BEGIN');
       await locker.query('SELECT 1 FROM agents WHERE agent_id = ANY($1) FOR UPDATE', [agents]);
       const disables = agents.map((agentId) => setStatus(svc, flood.key, { agentId, enabled: false }));
-      await until('both request connections to wait on the lock', async () => {
+      const waitingOnLock = async () => {
         const { rows } = await db.pool.query(
           "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE agents SET agent_approved = false%'",
         );
-        return rows[0].n >= 2;
-      });
+        return rows[0].n as number;
+      };
+      await until('both request connections to wait on the lock', async () => (await waitingOnLock()) >= 2);
       for (let i = 0; i < 5; i += 1) {
         const ready = await svc.app.inject({ method: 'GET', url: '/readyz' });
         expect(ready.statusCode).toBe(200);
       }
+      // Those answers came while the pool was still saturated, not after it drained.
+      expect(await waitingOnLock()).toBeGreaterThanOrEqual(2);
+      expect(await Promise.race([Promise.all(disables).then(() => 'answered'), Promise.resolve('waiting')])).toBe('waiting');
       await release();
       const answers = await Promise.all(disables);
       expect(answers.map((a) => a.statusCode)).toEqual(agents.map(() => 200));
