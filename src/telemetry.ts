@@ -1,57 +1,201 @@
-// OpenTelemetry preload: `node --import ./dist/telemetry.js dist/main.js`. It must run before the
-// app's module graph loads, because pg and ioredis are patched as they are imported.
+// OpenTelemetry preload: `node --import ./dist/telemetry.js dist/main.js`. It runs before the app's
+// module graph loads, because pg, ioredis and the AWS SDK are patched as they are loaded.
 //
-// ESM needs a loader hook for that (require-in-the-middle never sees `import`). Node 24 has
-// synchronous in-thread hooks (module.registerHooks), which import-in-the-middle installs through
-// `register-hooks.mjs`; older runtimes fall back to the off-thread `module.register` hook that
-// @opentelemetry/instrumentation ships. `--import @opentelemetry/instrumentation/hook.mjs` alone
-// does not register anything, and `--experimental-loader` hangs on Node 24: do not use either.
-// test/integration/tracing.test.ts fails if pg or ioredis spans go missing.
-import module from 'node:module';
-import { register as registerSyncHooks, supportsSyncHooks } from 'import-in-the-middle/register-hooks.mjs';
+// Tracing off (OTEL_SDK_DISABLED=true) costs nothing: every tracing import below sits inside the
+// enabled branch, import-in-the-middle's loader hook included. Tracing on loads only the four
+// instrumentations the service uses (http for the server, got and the AWS SDK's HTTP handler; pg;
+// ioredis; aws-sdk) plus @fastify/otel, never the auto-instrumentations bundle (about 40 packages).
+// test/integration/tracing.test.ts fails if the spans of pg, ioredis or the spend call go missing.
+//
+// What a trace may hold is decided here, in three layers:
+// 1. The instrumentations record no headers, the server span's `url.query` is replaced, and the
+//    @fastify/otel request span's `url.path` is the path without its query.
+// 2. Trace context is ours: an incoming `traceparent`, `tracestate` or `baggage` is never extracted
+//    (see egressOnlyTraceContext), and we send only `traceparent` to our dependencies.
+// 3. Last line: every span passes through scrubSpan before the exporter, which overwrites any
+//    string that looks like a credential (api_key=…, x-api-key: …, bearer …) in attribute values,
+//    event attributes, the span name and the status message.
+import {
+  isSpanContextValid,
+  trace,
+  type Attributes,
+  type AttributeValue,
+  type Context,
+  type TextMapPropagator,
+  type TextMapSetter,
+} from '@opentelemetry/api';
+import type { NodeSDKConfiguration } from '@opentelemetry/sdk-node';
 import { registerTelemetry } from './observability/telemetry-handle.js';
 
-const disabled = process.env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true';
+type SpanExporter = NodeSDKConfiguration['traceExporter'];
+type ReadableSpan = Parameters<SpanExporter['export']>[0][number];
 
-if (!disabled) {
-  if (supportsSyncHooks()) registerSyncHooks();
-  else module.register('@opentelemetry/instrumentation/hook.mjs', import.meta.url);
+export const redacted = 'REDACTED';
 
-  // Defaults for this service; every one can be overridden with the standard variable.
+/** A credential's name followed by its value: `api_key=…`, `x-api-key: …`, `token=…`, `Bearer …`. */
+const credentialInText = /(?:api[-_]?key|access[-_]?token|token|secret|password|passwd|authorization|cookie)\s*["']?\s*[=:]|\bbearer\s+\S/i;
+/** Attribute names (their last segment) whose value is a credential whatever it looks like. */
+const credentialName = /^(?:x-)?(?:api[-_]?key|authorization|cookie|set-cookie|(?:access[-_]?)?token|secret|password)$/i;
+
+function scrubValue(key: string, value: AttributeValue | undefined): AttributeValue | undefined {
+  const strings = typeof value === 'string' ? [value] : Array.isArray(value) ? value.filter((item) => typeof item === 'string') : [];
+  if (strings.length === 0) return value;
+  const named = credentialName.test(key.slice(key.lastIndexOf('.') + 1));
+  return named || strings.some((item) => credentialInText.test(item)) ? redacted : value;
+}
+
+/** The same attributes with every credential-like value overwritten; the same object when nothing changed. */
+export function scrubAttributes(attributes: Attributes): Attributes {
+  let scrubbed: Attributes | undefined;
+  for (const key of Object.keys(attributes)) {
+    const value = attributes[key];
+    const clean = scrubValue(key, value);
+    if (clean !== value) (scrubbed ??= { ...attributes })[key] = clean;
+  }
+  return scrubbed ?? attributes;
+}
+
+/** The span as exported: itself when clean, else a view of it with the credential-like values overwritten. */
+export function scrubSpan(span: ReadableSpan): ReadableSpan {
+  const attributes = scrubAttributes(span.attributes);
+  let eventsChanged = false;
+  const events = span.events.map((event) => {
+    const eventAttributes = event.attributes && scrubAttributes(event.attributes);
+    if (eventAttributes === event.attributes) return event;
+    eventsChanged = true;
+    return { ...event, attributes: eventAttributes };
+  });
+  const nameLeaks = credentialInText.test(span.name);
+  const statusLeaks = span.status.message !== undefined && credentialInText.test(span.status.message);
+  if (attributes === span.attributes && !eventsChanged && !nameLeaks && !statusLeaks) return span;
+  // A view, not a copy: spanContext() and the getters keep working through the prototype.
+  return Object.create(span, {
+    attributes: { value: attributes },
+    events: { value: eventsChanged ? events : span.events },
+    name: { value: nameLeaks ? redacted : span.name },
+    status: { value: statusLeaks ? { ...span.status, message: redacted } : span.status },
+  }) as ReadableSpan;
+}
+
+/** Wraps the OTLP exporter so that nothing leaves the process unscrubbed. */
+export function scrubbingExporter(inner: SpanExporter): SpanExporter {
+  return {
+    export: (spans, done) => inner.export(spans.map(scrubSpan), done),
+    shutdown: () => inner.shutdown(),
+    forceFlush: () => inner.forceFlush?.() ?? Promise.resolve(),
+  };
+}
+
+/**
+ * W3C trace context towards our dependencies only. The service faces the internet, so every header
+ * a partner sends is partner-controlled: a `traceparent` with the sampled flag set on every request
+ * would defeat the sampler (the chart's parentbased_traceidratio keeps a parent's decision) and turn
+ * tracing into a cost a partner chooses; a chosen trace id could collide with or pollute other
+ * traces; and `baggage` would be forwarded to spend management. So nothing is extracted: each
+ * request starts its own trace at our edge, and the request id (`x-request-id`) is what links a
+ * partner's call to our logs and traces. Outgoing calls carry our `traceparent` (no `tracestate`,
+ * no `baggage`). A replica that wants to relate later work to a request (the durable-disable
+ * worker) records the traceparent and adds it as a span link, not as a parent.
+ */
+export const egressOnlyTraceContext: TextMapPropagator = {
+  inject(context: Context, carrier: unknown, setter: TextMapSetter) {
+    const spanContext = trace.getSpanContext(context);
+    if (!spanContext || !isSpanContextValid(spanContext)) return;
+    const flags = (spanContext.traceFlags & 0xff).toString(16).padStart(2, '0');
+    setter.set(carrier, 'traceparent', `00-${spanContext.traceId}-${spanContext.spanId}-${flags}`);
+  },
+  extract: (context: Context) => context,
+  fields: () => ['traceparent'],
+};
+
+const unobserved = new Set(['/livez', '/readyz', '/metrics']);
+const pathOf = (url: string | undefined) => (url ?? '').split('?', 1)[0] ?? '';
+
+async function startTracing(): Promise<void> {
+  // Defaults for this service; each is the standard variable, so the environment can override it.
   process.env.OTEL_SERVICE_NAME ??= 'partner-agent-status';
   // Metrics go to Prometheus (prom-client) and logs to stdout (pino): export only traces.
   process.env.OTEL_METRICS_EXPORTER ??= 'none';
   process.env.OTEL_LOGS_EXPORTER ??= 'none';
-  // Only what this service calls; the full set costs start-up time and adds noise (fs, dns, net).
-  process.env.OTEL_NODE_ENABLED_INSTRUMENTATIONS ??= 'http,pg,ioredis,aws-sdk';
+  // BatchSpanProcessor, sized on purpose (sdk-node builds it from these; the SDK's defaults are
+  // queue 2048, batch 512, delay 5000 ms, export timeout 30000 ms). An enable makes about 5 spans,
+  // a disable of 100 campaigns about 12: 2048 queued spans bound the memory to a few MiB and hold
+  // a second of peak traffic; beyond it spans are dropped (and counted by the SDK), never queued
+  // without bound. A 1 s delay keeps spans in memory briefly and exports in small, steady batches;
+  // a 10 s export timeout stays inside SHUTDOWN_TIMEOUT_MS, so the final flush cannot hold the exit.
+  process.env.OTEL_BSP_MAX_QUEUE_SIZE ??= '2048';
+  process.env.OTEL_BSP_MAX_EXPORT_BATCH_SIZE ??= '512';
+  process.env.OTEL_BSP_SCHEDULE_DELAY ??= '1000';
+  process.env.OTEL_BSP_EXPORT_TIMEOUT ??= '10000';
+  // Partner-controlled strings (user agent: headers go up to 16 KiB) never make a span large.
+  process.env.OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT ??= '1024';
+  // The sampler comes from OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG (sdk-node reads them; the
+  // SDK default is parentbased_always_on). The Helm chart sets parentbased_traceidratio with a
+  // ratio: since no parent is ever extracted (egressOnlyTraceContext), that is a ratio of requests.
 
-  // Imported after the hook is in place, so the instrumentations' own imports are seen too.
-  const [{ NodeSDK }, { getNodeAutoInstrumentations }, { FastifyOtelInstrumentation }] = await Promise.all([
-    import('@opentelemetry/sdk-node'),
-    import('@opentelemetry/auto-instrumentations-node'),
-    import('@fastify/otel'),
-  ]);
+  const protocol = (process.env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? process.env.OTEL_EXPORTER_OTLP_PROTOCOL ?? '').trim() || 'http/protobuf';
+  // Only the exporter in use is loaded (each reads OTEL_EXPORTER_OTLP_* itself).
+  const loadExporter = async (): Promise<SpanExporter> => {
+    if (protocol === 'grpc') return new (await import('@opentelemetry/exporter-trace-otlp-grpc')).OTLPTraceExporter();
+    if (protocol === 'http/json') return new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter();
+    return new (await import('@opentelemetry/exporter-trace-otlp-proto')).OTLPTraceExporter();
+  };
 
-  const unobserved = new Set(['/livez', '/readyz', '/metrics']);
+  const [{ NodeSDK }, { HttpInstrumentation }, { PgInstrumentation }, { IORedisInstrumentation }, { AwsInstrumentation }, { FastifyOtelInstrumentation }, exporter] =
+    await Promise.all([
+      import('@opentelemetry/sdk-node'),
+      import('@opentelemetry/instrumentation-http'),
+      import('@opentelemetry/instrumentation-pg'),
+      import('@opentelemetry/instrumentation-ioredis'),
+      import('@opentelemetry/instrumentation-aws-sdk'),
+      import('@fastify/otel'),
+      loadExporter(),
+    ]);
+
+  const instrumentations = [
+    new HttpInstrumentation({
+      // Probes and scrapes would drown the traces of partner requests.
+      ignoreIncomingRequestHook: (request) => unobserved.has(pathOf(request.url)),
+      // Never record request or response headers (x-api-key, authorization, cookie, baggage).
+      headersToSpanAttributes: { client: { requestHeaders: [], responseHeaders: [] }, server: { requestHeaders: [], responseHeaders: [] } },
+      // The API takes no query parameters: a query is a mistake (a key pasted into the URL), and
+      // the instrumentation would export it, redacting only signature-style names.
+      startIncomingSpanHook: (request) => ((request.url ?? '').includes('?') ? { 'url.query': redacted } : {}),
+    }),
+    // Queries and commands outside a request (pool warm-up, readiness pings) are not traced.
+    new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false }),
+    new IORedisInstrumentation({ requireParentSpan: true }),
+    // One span per Secrets Manager call, without the HTTP client span under it.
+    new AwsInstrumentation({ suppressInternalInstrumentation: true }),
+    new FastifyOtelInstrumentation({
+      registerOnInitialization: true,
+      ignorePaths: ({ url }) => unobserved.has(pathOf(url)),
+      // One `request` span per request: no span per hook or for the handler (they tell an SRE
+      // nothing the request span and the use case span do not), and no exception event per 4xx.
+      instrumentHooks: false,
+      instrumentHandler: false,
+      recordExceptions: false,
+      // @fastify/otel records request.url, query included, as url.path.
+      requestHook: (span, request) => span.setAttribute('url.path', pathOf(request.url)),
+    }),
+  ];
+
+  // pg, ioredis and the AWS SDK are CommonJS and patched through require-in-the-middle. The ESM
+  // loader hook is installed for their names only (on Node 24 as synchronous in-thread hooks), so
+  // it does not wrap every module of the app; without `include` it does, at ~60 MiB RSS.
+  const hooked = instrumentations.flatMap((instrumentation) => instrumentation.getModuleDefinitions().map((definition) => definition.name));
+  const hooks = await import('import-in-the-middle/register-hooks.mjs');
+  if (hooks.supportsSyncHooks()) hooks.register({ include: hooked });
+  else (await import('node:module')).register('import-in-the-middle/hook.mjs', import.meta.url, { data: { include: hooked } });
+
   const sdk = new NodeSDK({
-    instrumentations: [
-      getNodeAutoInstrumentations({
-        '@opentelemetry/instrumentation-http': {
-          // Probes and scrapes would drown the traces of partner requests.
-          ignoreIncomingRequestHook: (request) => unobserved.has((request.url ?? '').split('?')[0] ?? ''),
-          // Never record request or response headers (x-api-key, authorization).
-          headersToSpanAttributes: { client: { requestHeaders: [], responseHeaders: [] }, server: { requestHeaders: [], responseHeaders: [] } },
-        },
-        // Queries and commands outside a request (pool warm-up, readiness pings) are not traced.
-        '@opentelemetry/instrumentation-pg': { requireParentSpan: true, enhancedDatabaseReporting: false },
-        '@opentelemetry/instrumentation-ioredis': { requireParentSpan: true },
-      }),
-      new FastifyOtelInstrumentation({
-        registerOnInitialization: true,
-        ignorePaths: (options) => unobserved.has(options.url),
-      }),
-    ],
+    instrumentations,
+    textMapPropagator: egressOnlyTraceContext,
+    // sdk-node puts it behind a BatchSpanProcessor configured by the OTEL_BSP_* variables above.
+    traceExporter: scrubbingExporter(exporter),
   });
   sdk.start();
   registerTelemetry({ shutdown: () => sdk.shutdown() });
 }
+
+if (process.env.OTEL_SDK_DISABLED?.trim().toLowerCase() !== 'true') await startTracing();

@@ -1,10 +1,42 @@
 import { isSpanContextValid, trace } from '@opentelemetry/api';
 import { pino, type DestinationStream, type Logger } from 'pino';
 
+interface RequestLike {
+  method?: string;
+  url?: string;
+  id?: unknown;
+  routeOptions?: { url?: string };
+}
+
+/**
+ * A request as a log field: method, path and route only. Never the query string (a key pasted into
+ * a URL by mistake would land in every line) and never a header.
+ */
+function serializeRequest(request: RequestLike) {
+  return {
+    method: request.method,
+    path: (request.url ?? '').split('?', 1)[0],
+    ...(request.routeOptions?.url ? { route: request.routeOptions.url } : {}),
+  };
+}
+
+/**
+ * Errors as pino serializes them, minus what Node attaches to a parse error of a malformed request:
+ * `rawPacket` holds the bytes received so far (headers, x-api-key included) and `bytesParsed` says
+ * how far they go. Neither is written at any level.
+ */
+function serializeError(error: unknown): unknown {
+  const serialized: unknown = pino.stdSerializers.err(error as Error);
+  if (!serialized || typeof serialized !== 'object' || !('rawPacket' in serialized || 'bytesParsed' in serialized)) return serialized;
+  const { rawPacket: _rawPacket, bytesParsed: _bytesParsed, ...rest } = serialized as Record<string, unknown>;
+  return rest;
+}
+
 /**
  * JSON logs (pino). Every line carries the active trace and span ids, so a log line leads to its
- * trace. Header paths that could hold a credential are removed as a second line of defence: the
- * request serializer logs no headers at all, and no code logs a key.
+ * trace. Request and error serializers drop what could carry a credential (query strings, raw
+ * request bytes); the redaction paths remove header-shaped fields as a second line of defence, for
+ * any code that logs headers: no code here logs a key.
  */
 export function createLogger(level: string, destination?: DestinationStream): Logger {
   return pino(
@@ -13,6 +45,7 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
       base: { service: 'partner-agent-status' },
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
+      serializers: { req: serializeRequest, err: serializeError, error: serializeError },
       redact: {
         paths: [
           'req.headers["x-api-key"]',
@@ -20,6 +53,9 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
           'req.headers.cookie',
           'headers["x-api-key"]',
           'headers.authorization',
+          'headers.cookie',
+          'rawPacket',
+          'err.rawPacket',
           'apiKey',
           'key',
           'token',

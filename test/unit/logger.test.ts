@@ -1,0 +1,46 @@
+import { randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/observability/logger.js';
+import { logCapture } from '../support/service.js';
+
+const key = `pk_test_${randomBytes(24).toString('base64url')}`;
+
+function logOnce(write: (logger: ReturnType<typeof createLogger>) => void) {
+  const logs = logCapture();
+  write(createLogger('trace', logs.stream));
+  expect(logs.lines).toHaveLength(1);
+  return { line: logs.records()[0]!, text: logs.lines[0]! };
+}
+
+describe('logger: nothing key-like reaches a line, at any level', () => {
+  it('drops the raw bytes Node attaches to a parse error, and keeps the rest of the error', () => {
+    const error = Object.assign(new Error('Parse Error: Invalid header value char'), {
+      code: 'HPE_INVALID_HEADER_TOKEN',
+      rawPacket: Buffer.from(`GET / HTTP/1.1\r\nx-api-key: ${key}\r\n\r\n`),
+      bytesParsed: 40,
+    });
+    const { line, text } = logOnce((logger) => logger.trace({ err: error }, 'client error'));
+    expect(line.err).toMatchObject({ type: 'Error', message: 'Parse Error: Invalid header value char', code: 'HPE_INVALID_HEADER_TOKEN' });
+    expect(line.err).not.toHaveProperty('rawPacket');
+    expect(line.err).not.toHaveProperty('bytesParsed');
+    expect(text).not.toContain(key);
+  });
+
+  it('logs a request as method, path and route: never its query string or headers', () => {
+    const request = {
+      method: 'GET',
+      url: `/partner/agents/status?api_key=${key}`,
+      headers: { 'x-api-key': key },
+      routeOptions: { url: '/partner/agents/status' },
+    };
+    const { line, text } = logOnce((logger) => logger.info({ req: request }, 'incoming'));
+    expect(line.req).toEqual({ method: 'GET', path: '/partner/agents/status', route: '/partner/agents/status' });
+    expect(text).not.toContain(key);
+  });
+
+  it('removes credential headers wherever a header object is logged', () => {
+    const { text } = logOnce((logger) => logger.warn({ headers: { 'x-api-key': key, authorization: `Bearer ${key}`, cookie: key, accept: '*/*' } }, 'headers'));
+    expect(text).toContain('"accept":"*/*"');
+    expect(text).not.toContain(key);
+  });
+});
