@@ -192,6 +192,11 @@ try {
     PARTNER_KEYS_POLL_INTERVAL_MS: '500',
     LOG_LEVEL: 'info',
     OTEL_SDK_DISABLED: 'true',
+    // The same small limit as the kind cluster (k8s-dev/values-dev.yaml): the rate-limit spec
+    // reaches it in a second or two with a partner of its own, while no other partner sends even
+    // half of it in a whole run (docs/qa.md), whatever the timing.
+    RATE_LIMIT_MAX: '200',
+    RATE_LIMIT_WINDOW_MS: '10000',
     // No endpoints controller to wait for locally: drain at once on SIGTERM.
     DRAIN_DELAY_MS: '0',
     SHUTDOWN_TIMEOUT_MS: '10000',

@@ -15,12 +15,15 @@ export interface Partner {
 
 /**
  * The worker's partners. `open` has a network without require_agent_approval, `strict` one with
- * it, `other` is a second open network (for "another network's key").
+ * it, `other` is a second open network (for "another network's key"). `limited` is an open
+ * network for the rate-limit spec alone: it spends that network's whole budget, which no other
+ * test must share.
  */
 export interface Partners {
   open: Partner;
   strict: Partner;
   other: Partner;
+  limited: Partner;
 }
 
 /** An agent seeded for one test, with its campaigns by state. */
@@ -136,7 +139,7 @@ export const test = base.extend<TestFixtures, WorkerFixtures>({
   ],
 
   /**
-   * Three partners per worker: networks made in PostgreSQL, keys made at run time and added to
+   * Four partners per worker: networks made in PostgreSQL, keys made at run time and added to
    * the service's key source in one change, then awaited. Keys are per worker, not per test,
    * because in the cluster a key change takes up to a minute or two to reach the pods; every test
    * still makes its own agents and campaigns, so tests never share rows.
@@ -155,7 +158,12 @@ export const test = base.extend<TestFixtures, WorkerFixtures>({
         return { name: `${tag}-${role}`, key: newPartnerKey(), networkId, requireAgentApproval };
       };
       try {
-        const partners: Partners = { open: await make('open', false), strict: await make('strict', true), other: await make('other', false) };
+        const partners: Partners = {
+          open: await make('open', false),
+          strict: await make('strict', true),
+          other: await make('other', false),
+          limited: await make('limited', false),
+        };
         const all = Object.values(partners);
         keys.push(...all.map((p) => p.key));
         await writer.add(Object.fromEntries(all.map((p) => [p.key, { networkId: p.networkId, name: p.name }])));
