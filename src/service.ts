@@ -187,9 +187,23 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
      */
     close(timeoutMs = config.shutdownTimeoutMs): Promise<void> {
       closing ??= (async () => {
-        runner.stopBy(Date.now() + timeoutMs - 1_000);
+        const deadline = Date.now() + timeoutMs;
+        runner.stopBy(deadline - 1_000);
         await worker.stop();
-        await app.close();
+        const closed = app.close();
+        // A socket accepted but never used for a request (a proxy's pre-opened connection) is not
+        // closed by Fastify's idle handling on this Node: past the deadline every connection is
+        // closed, so a shutdown never waits for one.
+        let timer: NodeJS.Timeout | undefined;
+        const late = new Promise<'late'>((resolve) => {
+          timer = setTimeout(() => resolve('late'), Math.max(0, deadline - Date.now() - 500));
+        });
+        if ((await Promise.race([closed, late])) === 'late') {
+          logger.warn('connections still open at the shutdown deadline; closing them');
+          app.server.closeAllConnections();
+          await closed;
+        }
+        clearTimeout(timer);
         await runner.idle();
         await resources.releaseAll(logger);
       })();
