@@ -2,7 +2,7 @@ import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-sec
 import type { Logger } from 'pino';
 import type { Config, SecretsManagerSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
-import { fileKeySource, secretsManagerKeySource, type KeySource } from './key-sources.js';
+import { fileKeySource, type KeySource, secretsManagerKeySource } from './key-sources.js';
 import type { PartnerKeyStore } from './partner-keys.js';
 
 /** The key source the configuration names: the mounted file, or Secrets Manager. */

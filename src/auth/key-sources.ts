@@ -1,9 +1,9 @@
-import { watch, type FSWatcher } from 'node:fs';
+import { type FSWatcher, watch } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { initKeySourceMetrics, type Metrics } from '../observability/metrics.js';
-import { InvalidKeySetError, parseKeySet, type PartnerKeyStore } from './partner-keys.js';
+import { InvalidKeySetError, type PartnerKeyStore, parseKeySet } from './partner-keys.js';
 
 export type KeySourceName = 'file' | 'secrets_manager';
 
@@ -87,9 +87,7 @@ function createLoader({ store, metrics, log, source, read }: LoaderDeps) {
  * mount directory, which a watch on the file itself misses: watch the directory, and poll as a
  * fallback (watch events are not guaranteed on every filesystem).
  */
-export function fileKeySource(
-  deps: Omit<LoaderDeps, 'read' | 'source'> & { path: string; pollIntervalMs: number },
-): KeySource {
+export function fileKeySource(deps: Omit<LoaderDeps, 'read' | 'source'> & { path: string; pollIntervalMs: number }): KeySource {
   const loader = createLoader({ ...deps, source: 'file', read: () => readFile(deps.path, 'utf8') });
   let watcher: FSWatcher | undefined;
   let poll: NodeJS.Timeout | undefined;

@@ -18,7 +18,7 @@ import { createLogger } from '../observability/logger.js';
 import { createService } from '../service.js';
 import { createSpendSimulator } from '../spend-simulator/simulator.js';
 import { createInMemoryCampaignState } from './in-memory-campaign-state.js';
-import { seedDemo, type DemoData } from './seed.js';
+import { type DemoData, seedDemo } from './seed.js';
 
 const port = Number(process.env.PORT ?? 8080);
 const metricsPort = Number(process.env.METRICS_PORT ?? 9464);

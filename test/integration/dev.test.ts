@@ -14,29 +14,45 @@ import { freePort } from '../support/process.js';
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
 async function startDev() {
-  const ports = { PORT: await freePort(), METRICS_PORT: await freePort(), DEV_DATABASE_PORT: await freePort(), DEV_SIMULATOR_PORT: await freePort() };
+  const ports = {
+    PORT: await freePort(),
+    METRICS_PORT: await freePort(),
+    DEV_DATABASE_PORT: await freePort(),
+    DEV_SIMULATOR_PORT: await freePort(),
+  };
   // Its own process group, as a terminal would give it, so the whole tree can be listed and signalled.
   const child = spawn('npm', ['run', '--silent', 'dev'], {
     cwd: root,
     detached: true,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', LOG_LEVEL: 'warn', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) },
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '',
+      LOG_LEVEL: 'warn',
+      ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])),
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
   child.stdout!.on('data', (chunk) => (output += chunk));
   child.stderr!.on('data', (chunk) => (output += chunk));
   const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
-  await vi.waitFor(() => {
-    if (child.exitCode !== null) throw new Error(`npm run dev exited with ${child.exitCode}:\n${output}`);
-    expect(output).toContain('Stop with Ctrl-C');
-  }, { timeout: 60_000, interval: 50 });
+  await vi.waitFor(
+    () => {
+      if (child.exitCode !== null) throw new Error(`npm run dev exited with ${child.exitCode}:\n${output}`);
+      expect(output).toContain('Stop with Ctrl-C');
+    },
+    { timeout: 60_000, interval: 50 },
+  );
   return { child, pgid: child.pid!, ports, exited, output: () => output };
 }
 
 /** The processes still in the group, as `pid command` lines. */
 function groupProcesses(pgid: number): string[] {
   const { stdout } = spawnSync('ps', ['-o', 'pid=,args=', '-g', String(pgid)], { encoding: 'utf8' });
-  return stdout.split('\n').map((line) => line.trim()).filter(Boolean);
+  return stdout
+    .split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean);
 }
 
 async function portIsFree(port: number): Promise<boolean> {
@@ -54,7 +70,10 @@ function field(text: string, label: string): string {
 }
 
 describe('npm run dev', () => {
-  for (const [how, signal] of [['SIGTERM to npm', 'SIGTERM'], ['Ctrl-C to the process group', 'SIGINT']] as const) {
+  for (const [how, signal] of [
+    ['SIGTERM to npm', 'SIGTERM'],
+    ['Ctrl-C to the process group', 'SIGINT'],
+  ] as const) {
     it(`serves the seeded demo and stops cleanly on ${how}`, async () => {
       const dev = await startDev();
       try {

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { keysDocument, startTestService, type PartnerKeyRecord, type TestService } from '../support/service.js';
+import { keysDocument, type PartnerKeyRecord, startTestService, type TestService } from '../support/service.js';
 
 /**
  * A Secret volume as kubelet writes it: the data lives in a timestamped directory, `..data` is a
@@ -27,10 +27,15 @@ function kubeletVolume() {
     renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
     if (previous) rmSync(join(dir, previous), { recursive: true });
   }
-  return { dir, file: join(dir, 'partner-keys.json'), write, init(content: string) {
-    write(content);
-    symlinkSync(join('..data', 'partner-keys.json'), join(dir, 'partner-keys.json'));
-  } };
+  return {
+    dir,
+    file: join(dir, 'partner-keys.json'),
+    write,
+    init(content: string) {
+      write(content);
+      symlinkSync(join('..data', 'partner-keys.json'), join(dir, 'partner-keys.json'));
+    },
+  };
 }
 
 const db = testDatabase();
@@ -58,7 +63,8 @@ afterAll(async () => {
 
 const enable = (apiKey: string, agentId: string) =>
   svc.app.inject({
-    method: 'POST', url: '/partner/agents/status',
+    method: 'POST',
+    url: '/partner/agents/status',
     headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
     payload: { agentId, enabled: true },
   });
@@ -72,7 +78,7 @@ async function eventually(check: () => Promise<boolean>) {
   await vi.waitFor(async () => expect(await check()).toBe(true), { timeout: 5_000, interval: 20 });
 }
 
-describe('partner keys reload across kubelet\'s ..data swap, with no restart and no failed request', () => {
+describe("partner keys reload across kubelet's ..data swap, with no restart and no failed request", () => {
   it('adds a key while requests with the old one keep succeeding', async () => {
     const agentId = await db.agent(networkId);
     const statuses: number[] = [];
@@ -97,9 +103,11 @@ describe('partner keys reload across kubelet\'s ..data swap, with no restart and
   it('keeps the last good key set when an update is invalid, and says so in the log and a metric', async () => {
     const agentId = await db.agent(networkId);
     volume.write('{"partner-keys": {"short": {"networkId": "not-a-uuid", "name": "x"}}}');
-    await eventually(async () => /partner_keys_reloads_total\{source="file",outcome="invalid"\} [1-9]/.test(
-      await svc.service.metrics.registry.getSingleMetricAsString('partner_keys_reloads_total'),
-    ));
+    await eventually(async () =>
+      /partner_keys_reloads_total\{source="file",outcome="invalid"\} [1-9]/.test(
+        await svc.service.metrics.registry.getSingleMetricAsString('partner_keys_reloads_total'),
+      ),
+    );
     expect((await enable(oldPartner.key, agentId)).statusCode).toBe(200);
     expect((await enable(newPartner.key, agentId)).statusCode).toBe(200);
     const warning = svc.logs.records().find((r) => r.msg === 'partner keys update rejected; serving the last good key set');

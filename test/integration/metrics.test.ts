@@ -35,7 +35,8 @@ afterAll(async () => {
 
 const send = (apiKey: string | undefined, body: unknown) =>
   svc.app.inject({
-    method: 'POST', url: '/partner/agents/status',
+    method: 'POST',
+    url: '/partner/agents/status',
     headers: { 'content-type': 'application/json', ...(apiKey ? { 'x-api-key': apiKey } : {}) },
     payload: JSON.stringify(body),
   });
@@ -70,7 +71,13 @@ describe('metrics after a scripted mix of requests', () => {
     const text = await scrape();
     const scrapedTo = Date.now() / 1000;
     const route = 'route="/partner/agents/status"';
-    for (const [status, count] of [['200', 1], ['400', 1], ['401', 2], ['404', 1], ['500', 3]] as const) {
+    for (const [status, count] of [
+      ['200', 1],
+      ['400', 1],
+      ['401', 2],
+      ['404', 1],
+      ['500', 3],
+    ] as const) {
       expect(sample(text, `http_request_duration_seconds_count{method="POST",${route},status_code="${status}"}`), status).toBe(count);
     }
     // Every observation lands in the +Inf bucket and, being far under 5 s, in the 5 s bucket too.
@@ -86,9 +93,19 @@ describe('metrics after a scripted mix of requests', () => {
     expect(sample(text, 'circuit_breaker_state{breaker="redis"}')).toBe(0);
     expect(sample(text, 'circuit_breaker_events_total{breaker="spend_management",event="open"}')).toBe(1);
     expect(sample(text, 'circuit_breaker_events_total{breaker="spend_management",event="reject"}')).toBe(1);
-    expect(sample(text, 'dependency_request_duration_seconds_count{dependency="spend_management",operation="pause_spending_periods",outcome="error"}')).toBe(2);
-    expect(sample(text, 'dependency_request_duration_seconds_count{dependency="spend_management",operation="pause_spending_periods",outcome="rejected"}')).toBe(1);
-    expect(sample(text, 'dependency_request_duration_seconds_count{dependency="postgres",operation="approve_agent",outcome="ok"}')).toBe(1);
+    expect(
+      sample(
+        text,
+        'dependency_request_duration_seconds_count{dependency="spend_management",operation="pause_spending_periods",outcome="error"}',
+      ),
+    ).toBe(2);
+    expect(
+      sample(
+        text,
+        'dependency_request_duration_seconds_count{dependency="spend_management",operation="pause_spending_periods",outcome="rejected"}',
+      ),
+    ).toBe(1);
+    expect(sample(text, 'dependency_request_duration_seconds_count{dependency="postgres",operation="enable_agent",outcome="ok"}')).toBe(1);
     expect(sample(text, 'partner_keys_loaded')).toBe(1);
     expect(sample(text, 'partner_keys_reloads_total{source="file",outcome="success"}')).toBe(1);
     expect(sample(text, 'partner_keys_last_load_failed{source="file"}')).toBe(0);

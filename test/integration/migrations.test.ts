@@ -49,7 +49,9 @@ async function schemaSnapshot(): Promise<{ versions: string[]; objects: string[]
   const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();
   try {
-    const versions = await client.query<{ version: string }>('SELECT version::text FROM partner_agent_status_schema_version ORDER BY version');
+    const versions = await client.query<{ version: string }>(
+      'SELECT version::text FROM partner_agent_status_schema_version ORDER BY version',
+    );
     const objects = await client.query<{ name: string }>(
       `SELECT c.relkind::text || ':' || c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = 'public'

@@ -65,20 +65,31 @@ describe('traces: one disable is one trace, with PostgreSQL, Redis and spend-man
       const server = () => receiver.spans.find((s) => s.kind === 2 && s.attributes['http.route'] === '/partner/agents/status');
       await receiver.waitFor((spans) => {
         const root = server();
-        return !!root && spans.some((s) => s.traceId === root.traceId && s.scope.includes('ioredis')) && spans.some((s) => s.traceId === root.traceId && s.scope.includes('pg'));
+        return (
+          !!root &&
+          spans.some((s) => s.traceId === root.traceId && s.scope.includes('ioredis')) &&
+          spans.some((s) => s.traceId === root.traceId && s.scope.includes('pg'))
+        );
       });
       const root = server()!;
       const trace = receiver.spans.filter((s) => s.traceId === root.traceId);
       const scopes = new Set(trace.map((s) => s.scope));
-      expect([...scopes]).toEqual(expect.arrayContaining([
-        '@opentelemetry/instrumentation-http',
-        '@opentelemetry/instrumentation-pg',
-        '@opentelemetry/instrumentation-ioredis',
-        '@fastify/otel',
-        'partner-agent-status',
-      ]));
+      expect([...scopes]).toEqual(
+        expect.arrayContaining([
+          '@opentelemetry/instrumentation-http',
+          '@opentelemetry/instrumentation-pg',
+          '@opentelemetry/instrumentation-ioredis',
+          '@fastify/otel',
+          'partner-agent-status',
+        ]),
+      );
       const useCase = trace.find((s) => s.name === 'agent.set_status')!;
-      expect(useCase.attributes).toMatchObject({ 'agent.id': agentId, 'network.id': networkId, 'agent.enabled': false, 'campaigns.paused_count': 3 });
+      expect(useCase.attributes).toMatchObject({
+        'agent.id': agentId,
+        'network.id': networkId,
+        'agent.enabled': false,
+        'campaigns.paused_count': 3,
+      });
       expect(trace.some((s) => s.attributes['partner.name'] === 'traced-partner')).toBe(true);
       const spendCall = trace.find((s) => s.kind === 3 && String(s.attributes['url.full'] ?? '').includes('/v1/spending-periods/pause'));
       expect(spendCall).toBeDefined();
@@ -130,24 +141,29 @@ describe('graceful drain: SIGTERM during a slow disable', () => {
 describe('configuration: a missing or invalid variable stops the start with one line naming it', () => {
   it('exits 1 naming DATABASE_URL', async () => {
     const { DATABASE_URL: _omitted, ...env } = baseEnv;
-    await expect(startServiceProcess({ ...env, OTEL_SDK_DISABLED: 'true' })).rejects.toThrow(/exited with 1[\s\S]*DATABASE_URL is required/);
+    await expect(startServiceProcess({ ...env, OTEL_SDK_DISABLED: 'true' })).rejects.toThrow(
+      /exited with 1[\s\S]*DATABASE_URL is required/,
+    );
   });
 
   it('exits 1 when no valid key set can be loaded', async () => {
     const bad = join(keysDir, 'bad.json');
     writeFileSync(bad, '{"partner-keys": {}}');
-    await expect(startServiceProcess({ ...baseEnv, PARTNER_KEYS_FILE: bad, OTEL_SDK_DISABLED: 'true' })).rejects.toThrow(/exited with 1[\s\S]*holds no key/);
+    await expect(startServiceProcess({ ...baseEnv, PARTNER_KEYS_FILE: bad, OTEL_SDK_DISABLED: 'true' })).rejects.toThrow(
+      /exited with 1[\s\S]*holds no key/,
+    );
   });
 });
 
 describe('LOG_LEVEL is honoured', () => {
-  const levels = (output: string[]) => output.flatMap((line) => {
-    try {
-      return [(JSON.parse(line) as { level: string }).level];
-    } catch {
-      return [];
-    }
-  });
+  const levels = (output: string[]) =>
+    output.flatMap((line) => {
+      try {
+        return [(JSON.parse(line) as { level: string }).level];
+      } catch {
+        return [];
+      }
+    });
 
   it('writes debug lines at debug, none at info, and not even request lines at warn', async () => {
     const env = { ...baseEnv, DRAIN_DELAY_MS: '0', OTEL_SDK_DISABLED: 'true' };

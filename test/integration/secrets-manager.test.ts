@@ -119,7 +119,8 @@ const enable = async (apiKey: string) => {
   const agentId = await db.agent(networkId);
   return (
     await svc.app.inject({
-      method: 'POST', url: '/partner/agents/status',
+      method: 'POST',
+      url: '/partner/agents/status',
       headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
       payload: { agentId, enabled: true },
     })
@@ -185,8 +186,10 @@ describe('partner keys from AWS Secrets Manager through the real SDK', () => {
       expect(fake.calls.length - before).toBe(settings.maxAttempts);
       expect(await metric(failedGauge)).toBe(1);
       expect(await enable(secondKey)).toBe(200);
-      expect(svc.logs.records().findLast((r) => r.msg === 'partner keys could not be read; serving the last good key set'))
-        .toMatchObject({ source: 'secrets_manager', reason: 'ETIMEDOUT' });
+      expect(svc.logs.records().findLast((r) => r.msg === 'partner keys could not be read; serving the last good key set')).toMatchObject({
+        source: 'secrets_manager',
+        reason: 'ETIMEDOUT',
+      });
     } finally {
       fake.setMode('ok');
     }

@@ -40,7 +40,8 @@ afterAll(async () => {
 
 const disable = (svc: TestService, agentId: string) =>
   svc.app.inject({
-    method: 'POST', url: '/partner/agents/status',
+    method: 'POST',
+    url: '/partner/agents/status',
     headers: { 'x-api-key': key, 'content-type': 'application/json' },
     payload: { agentId, enabled: false },
   });

@@ -12,14 +12,24 @@ describe('configuration from the environment', () => {
   it('applies the documented defaults', () => {
     const config = loadConfig(minimal);
     expect(config).toMatchObject({
-      port: 8080, metricsPort: 9464, redisKeyPrefix: '', spendManagementToken: undefined, logLevel: 'info',
-      databasePoolSize: 10, spendManagementTimeoutMs: 2000, redisCommandTimeoutMs: 1000,
+      port: 8080,
+      metricsPort: 9464,
+      redisKeyPrefix: '',
+      spendManagementToken: undefined,
+      logLevel: 'info',
+      databasePoolSize: 10,
+      spendManagementTimeoutMs: 2000,
+      redisCommandTimeoutMs: 1000,
       breaker: { errorThresholdPercentage: 50, volumeThreshold: 3, resetTimeoutMs: 10000, rollingWindowMs: 30000 },
       partnerKeys: { kind: 'file', path: '/etc/partner-keys/partner-keys.json', pollIntervalMs: 5000 },
-      drainDelayMs: 5000, shutdownTimeoutMs: 20000,
+      drainDelayMs: 5000,
+      shutdownTimeoutMs: 20000,
       limits: {
-        rateLimitMax: 1200, rateLimitWindowMs: 60000, disablesInFlightPerNetwork: 8,
-        requestDeadlineMs: 25000, overloadMaxEventLoopDelayMs: 200,
+        rateLimitMax: 1200,
+        rateLimitWindowMs: 60000,
+        disablesInFlightPerNetwork: 8,
+        requestDeadlineMs: 25000,
+        overloadMaxEventLoopDelayMs: 200,
       },
       pipeline: { batchesInFlight: 4, spendManagementMaxConcurrency: 16 },
       worker: { pollIntervalMs: 2000, leaseMs: 15000, backoffBaseMs: 1000, backoffMaxMs: 20000, concurrency: 4 },
@@ -29,12 +39,17 @@ describe('configuration from the environment', () => {
 
   it('turns the rate limit off with RATE_LIMIT_MAX=0 and reads the Secrets Manager bounds', () => {
     const config = loadConfig({
-      ...minimal, RATE_LIMIT_MAX: '0', SECRETS_MANAGER_CONNECT_TIMEOUT_MS: '250',
-      SECRETS_MANAGER_REQUEST_TIMEOUT_MS: '750', SECRETS_MANAGER_MAX_ATTEMPTS: '1',
+      ...minimal,
+      RATE_LIMIT_MAX: '0',
+      SECRETS_MANAGER_CONNECT_TIMEOUT_MS: '250',
+      SECRETS_MANAGER_REQUEST_TIMEOUT_MS: '750',
+      SECRETS_MANAGER_MAX_ATTEMPTS: '1',
     });
     expect(config.limits.rateLimitMax).toBe(0);
     expect(config.secretsManager).toEqual({ connectTimeoutMs: 250, requestTimeoutMs: 750, maxAttempts: 1 });
-    expect(() => loadConfig({ ...minimal, SECRETS_MANAGER_MAX_ATTEMPTS: '0' })).toThrow(/SECRETS_MANAGER_MAX_ATTEMPTS must be between 1 and 10/);
+    expect(() => loadConfig({ ...minimal, SECRETS_MANAGER_MAX_ATTEMPTS: '0' })).toThrow(
+      /SECRETS_MANAGER_MAX_ATTEMPTS must be between 1 and 10/,
+    );
   });
 
   for (const name of ['DATABASE_URL', 'REDIS_URL', 'SPEND_MANAGEMENT_URL']) {
@@ -46,8 +61,12 @@ describe('configuration from the environment', () => {
   }
 
   it('refuses a URL of the wrong kind without echoing its value', () => {
-    expect(() => loadConfig({ ...minimal, DATABASE_URL: 'mysql://u:secret@db/app' })).toThrow(/DATABASE_URL must use postgres:\/\/ or postgresql:\/\//);
-    expect(() => loadConfig({ ...minimal, DATABASE_URL: 'not a url with secret' })).toThrow(new ConfigError('DATABASE_URL is not a valid URL'));
+    expect(() => loadConfig({ ...minimal, DATABASE_URL: 'mysql://u:secret@db/app' })).toThrow(
+      /DATABASE_URL must use postgres:\/\/ or postgresql:\/\//,
+    );
+    expect(() => loadConfig({ ...minimal, DATABASE_URL: 'not a url with secret' })).toThrow(
+      new ConfigError('DATABASE_URL is not a valid URL'),
+    );
     expect(() => loadConfig({ ...minimal, REDIS_URL: 'http://u:secret@cache' })).toThrow(
       expect.objectContaining({ message: expect.not.stringContaining('secret') }),
     );
@@ -57,15 +76,20 @@ describe('configuration from the environment', () => {
     const { PARTNER_KEYS_FILE: _file, ...none } = minimal;
     expect(() => loadConfig(none)).toThrow(/PARTNER_KEYS_FILE or PARTNER_KEYS_SECRET_ID is required/);
     expect(() => loadConfig({ ...minimal, PARTNER_KEYS_SECRET_ID: 'partner-keys' })).toThrow(/both set/);
-    expect(loadConfig({ ...none, PARTNER_KEYS_SECRET_ID: 'arn:aws:secretsmanager:us-east-1:1:secret:pk' }).partnerKeys)
-      .toEqual({ kind: 'secrets-manager', secretId: 'arn:aws:secretsmanager:us-east-1:1:secret:pk', refreshIntervalMs: 60000 });
+    expect(loadConfig({ ...none, PARTNER_KEYS_SECRET_ID: 'arn:aws:secretsmanager:us-east-1:1:secret:pk' }).partnerKeys).toEqual({
+      kind: 'secrets-manager',
+      secretId: 'arn:aws:secretsmanager:us-east-1:1:secret:pk',
+      refreshIntervalMs: 60000,
+    });
   });
 
   it('rejects numbers that are not whole or out of range, naming the variable', () => {
     expect(() => loadConfig({ ...minimal, PORT: '80a' })).toThrow(/PORT must be a whole number/);
     expect(() => loadConfig({ ...minimal, METRICS_PORT: '70000' })).toThrow(/METRICS_PORT must be between 0 and 65535/);
     expect(() => loadConfig({ ...minimal, DATABASE_POOL_SIZE: '0' })).toThrow(/DATABASE_POOL_SIZE/);
-    expect(() => loadConfig({ ...minimal, PARTNER_KEYS_POLL_INTERVAL_MS: '60000' })).toThrow(/PARTNER_KEYS_POLL_INTERVAL_MS must be between 100 and 10000/);
+    expect(() => loadConfig({ ...minimal, PARTNER_KEYS_POLL_INTERVAL_MS: '60000' })).toThrow(
+      /PARTNER_KEYS_POLL_INTERVAL_MS must be between 100 and 10000/,
+    );
   });
 
   it('rejects an unknown log level', () => {

@@ -4,13 +4,59 @@ import { problem, problemTypes } from '../../src/errors.js';
 describe('problem details (RFC 9457)', () => {
   it('builds each kind with a stable type URN, its title and status', () => {
     expect(problem('notFound', 'No agent.', 'r1')).toEqual({
-      type: 'urn:partner-agent-status:problem:not-found', title: 'Not found', status: 404, detail: 'No agent.', requestId: 'r1',
+      type: 'urn:partner-agent-status:problem:not-found',
+      title: 'Not found',
+      status: 404,
+      detail: 'No agent.',
+      requestId: 'r1',
     });
-    expect(problem('dependencyFailure', 'x', 'r2').type).toBe('urn:partner-agent-status:problem:dependency-failure');
     const statuses = Object.fromEntries(Object.entries(problemTypes).map(([kind, { status }]) => [kind, status]));
     expect(statuses).toEqual({
-      validation: 400, unauthorized: 401, notFound: 404, payloadTooLarge: 413, unsupportedMediaType: 415,
-      dependencyFailure: 500, internal: 500, unavailable: 503,
+      validation: 400,
+      unauthorized: 401,
+      notFound: 404,
+      methodNotAllowed: 405,
+      superseded: 409,
+      payloadTooLarge: 413,
+      unsupportedMediaType: 415,
+      rateLimited: 429,
+      tooManyDisables: 429,
+      dependencyFailure: 500,
+      internal: 500,
+      unavailable: 503,
     });
+  });
+
+  it('uses the type URNs partners match on (CONTRACT.md and the README)', () => {
+    const types = Object.fromEntries(Object.keys(problemTypes).map((kind) => [kind, problem(kind as never, 'x', 'r').type]));
+    expect(types).toMatchObject({
+      methodNotAllowed: 'urn:partner-agent-status:problem:method-not-allowed',
+      superseded: 'urn:partner-agent-status:problem:superseded',
+      rateLimited: 'urn:partner-agent-status:problem:rate-limited',
+      tooManyDisables: 'urn:partner-agent-status:problem:too-many-disables',
+      dependencyFailure: 'urn:partner-agent-status:problem:dependency-failure',
+      unavailable: 'urn:partner-agent-status:problem:unavailable',
+    });
+  });
+
+  it('carries how far a disable got as extension members, and nothing when there are none', () => {
+    expect(problem('dependencyFailure', 'x', 'r3', { pausedCampaignCount: 100, remainingCampaignCount: 50 })).toEqual({
+      type: 'urn:partner-agent-status:problem:dependency-failure',
+      title: 'Dependency failure',
+      status: 500,
+      detail: 'x',
+      requestId: 'r3',
+      pausedCampaignCount: 100,
+      remainingCampaignCount: 50,
+    });
+    expect(Object.keys(problem('superseded', 'x', 'r4', { pausedCampaignCount: 0 }))).toEqual([
+      'type',
+      'title',
+      'status',
+      'detail',
+      'requestId',
+      'pausedCampaignCount',
+    ]);
+    expect(Object.keys(problem('validation', 'x', 'r5'))).toEqual(['type', 'title', 'status', 'detail', 'requestId']);
   });
 });

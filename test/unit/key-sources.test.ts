@@ -20,7 +20,10 @@ function source(responses: Array<string | Error>) {
   const logs = logCapture();
   let call = 0;
   const keySource = secretsManagerKeySource({
-    store, metrics, log: createLogger('info', logs.stream), refreshIntervalMs: 60_000,
+    store,
+    metrics,
+    log: createLogger('info', logs.stream),
+    refreshIntervalMs: 60_000,
     fetchSecret: async () => {
       const next = responses[Math.min(call++, responses.length - 1)]!;
       if (next instanceof Error) throw next;
@@ -33,8 +36,9 @@ function source(responses: Array<string | Error>) {
 describe('partner keys from AWS Secrets Manager', () => {
   it('refuses to start without a valid set', async () => {
     await expect(source(['{"partner-keys": {}}']).keySource.start()).rejects.toThrow(/holds no key/);
-    await expect(source([Object.assign(new Error('denied'), { name: 'AccessDeniedException' })]).keySource.start())
-      .rejects.toThrow(/could not be read from secrets_manager: AccessDeniedException/);
+    await expect(source([Object.assign(new Error('denied'), { name: 'AccessDeniedException' })]).keySource.start()).rejects.toThrow(
+      /could not be read from secrets_manager: AccessDeniedException/,
+    );
   });
 
   it('loads at start, applies a good refresh, and keeps the last good set through bad ones', async () => {
@@ -70,9 +74,10 @@ describe('partner keys from AWS Secrets Manager', () => {
   it('reports a failed load until a good read: a transient read error clears, a rejected version does not', async () => {
     const good = keysDocument([{ key: newApiKey(), networkId, name: 'one' }]);
     const { metrics, keySource } = source([good, new Error('throttled'), good, 'garbage', 'garbage', good]);
-    const failed = async () => /partner_keys_last_load_failed\{source="secrets_manager"\} (\d)/.exec(
-      await metrics.registry.getSingleMetricAsString('partner_keys_last_load_failed'),
-    )?.[1];
+    const failed = async () =>
+      /partner_keys_last_load_failed\{source="secrets_manager"\} (\d)/.exec(
+        await metrics.registry.getSingleMetricAsString('partner_keys_last_load_failed'),
+      )?.[1];
     await keySource.start();
     expect(await failed()).toBe('0');
     await keySource.reload(); // read error
@@ -105,7 +110,11 @@ describe('partner keys from a file: the poll catches what the directory watch mi
     const metrics = createMetrics({ collectDefaults: false });
     const logs = logCapture();
     const keySource = fileKeySource({
-      store, metrics, log: createLogger('info', logs.stream), path: join(linkDir, 'partner-keys.json'), pollIntervalMs: 100,
+      store,
+      metrics,
+      log: createLogger('info', logs.stream),
+      path: join(linkDir, 'partner-keys.json'),
+      pollIntervalMs: 100,
     });
     try {
       await keySource.start();

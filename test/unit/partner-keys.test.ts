@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { hashKey, InvalidKeySetError, parseKeySet, PartnerKeyStore } from '../../src/auth/partner-keys.js';
+import { hashKey, InvalidKeySetError, PartnerKeyStore, parseKeySet } from '../../src/auth/partner-keys.js';
 import { newApiKey } from '../support/data.js';
 
 const networkId = '6f9619ff-8b86-4d01-b42d-00cf4fc964ff';
