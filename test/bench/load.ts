@@ -57,19 +57,22 @@ export async function measure(
   options: autocannon.Options,
   plan: LoadPlan,
   expectStatus = 200,
-): Promise<{ figure: LoadFigure; problems: string[] }> {
+): Promise<{ figure: LoadFigure; problems: string[]; answeredAsExpected: number }> {
   const problems: string[] = [];
+  let answeredAsExpected = 0;
   if (options.amount === undefined && plan.warmupSeconds > 0) {
-    const warmup = await autocannon({ connections: plan.connections, ...options, duration: plan.warmupSeconds });
-    problems.push(...summarise(`${name} (warm-up)`, warmup, expectStatus).problems);
+    const warmup = summarise(`${name} (warm-up)`, await autocannon({ connections: plan.connections, ...options, duration: plan.warmupSeconds }), expectStatus);
+    problems.push(...warmup.problems);
+    answeredAsExpected += warmup.figure.statusCounts[expectStatus] ?? 0;
   }
   const run = await autocannon({ connections: plan.connections, ...(options.amount === undefined ? { duration: plan.seconds } : {}), ...options });
   const summary = summarise(name, run, expectStatus);
   problems.push(...summary.problems);
   const { figure } = summary;
+  answeredAsExpected += figure.statusCounts[expectStatus] ?? 0;
   console.log(`  ${name}: ${figure.requestsPerSecond} req/s, p50 ${figure.p50Ms} ms, p99 ${figure.p99Ms} ms (${figure.requests} requests)`);
   for (const problem of problems) console.log(`  FAILED ${problem}`);
-  return { figure, problems };
+  return { figure, problems, answeredAsExpected };
 }
 
 /** POSTs of `{agentId, enabled}` to `url`, cycling through `agentIds`. */

@@ -208,11 +208,46 @@ async function floor(name: string, figure: string, options: { post?: boolean; pl
     });
     children.push(child);
     const url = `http://127.0.0.1:${port}/floor`;
-    const result = await measure(figure, options.post ? statusPosts(url, [main.key], enableAgents, true) : { url }, options.plan ?? loadPlan);
-    failures.push(...result.problems);
-    loads[figure] = result.figure;
+    if (name === 'enable') await measureEnable(figure, url);
+    else {
+      const result = await measure(figure, options.post ? statusPosts(url, [main.key], enableAgents, true) : { url }, options.plan ?? loadPlan);
+      failures.push(...result.problems);
+      loads[figure] = result.figure;
+    }
     await stop(child);
   });
+}
+
+/**
+ * Enables under load, checked to do the whole work: every 200 appended one change row (CONTRACT.md
+ * section 9), so the service and the floor are compared on the same writes.
+ */
+async function measureEnable(figure: string, url: string): Promise<void> {
+  const changeRows = async () => (await db.query("SELECT count(*)::int AS n FROM agent_status_changes WHERE partner_name = 'bench' AND enabled")).rows[0].n as number;
+  const before = await changeRows();
+  const result = await measure(figure, statusPosts(url, [main.key], enableAgents, true), enablePlan);
+  const appended = (await changeRows()) - before;
+  failures.push(...result.problems);
+  // A load stops with up to one request per connection sent but not answered: the warm-up's and
+  // the measurement's may have appended rows without a counted 200.
+  const unanswered = 2 * plan.connections;
+  if (appended < result.answeredAsExpected || appended > result.answeredAsExpected + unanswered) {
+    failures.push(`${figure}: ${result.answeredAsExpected} answers 200 but ${appended} change rows appended`);
+  }
+  loads[figure] = result.figure;
+}
+
+/** One enable before the load: it must pass the rate limit (limit on: the RateLimit fields are there). */
+async function checkRateLimitIsOn(statusUrl: string): Promise<void> {
+  const response = await fetch(statusUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': main.key },
+    body: JSON.stringify({ agentId: enableAgents[0], enabled: true }),
+  });
+  await response.arrayBuffer();
+  if (response.status !== 200 || !response.headers.has('ratelimit-policy')) {
+    throw new Error(`an enable answered ${response.status}${response.headers.has('ratelimit-policy') ? '' : ' without RateLimit-Policy: the rate limit is not on'}`);
+  }
 }
 
 console.log(`floors (${plan.connections} connections, ${plan.warmupSeconds} s warm-up, ${plan.seconds} s; enable ${plan.enableSeconds} s):`);
@@ -354,9 +389,8 @@ await phase('service (tracing off)', async () => {
   processes['tracing off'] = { startToReadyMs: service.startToReadyMs, rssAtReadyMiB: service.rssAtReadyMiB };
   console.log(`  start to ready ${service.startToReadyMs} ms, RSS at ready ${service.rssAtReadyMiB} MiB`);
   await phase('enable', async () => {
-    const result = await measure('enable', statusPosts(service.statusUrl, [main.key], enableAgents, true), enablePlan);
-    failures.push(...result.problems);
-    loads.enable = result.figure;
+    await checkRateLimitIsOn(service.statusUrl);
+    await measureEnable('enable', service.statusUrl);
   });
   await phase('401 path', async () => {
     const result = await measure('401 path (unknown keys)', statusPosts(service.statusUrl, badKeys, enableAgents, true), loadPlan, 401);
@@ -396,9 +430,8 @@ await phase('service (tracing on)', async () => {
   processes['tracing on'] = { startToReadyMs: service.startToReadyMs, rssAtReadyMiB: service.rssAtReadyMiB };
   console.log(`  start to ready ${service.startToReadyMs} ms, RSS at ready ${service.rssAtReadyMiB} MiB`);
   await phase('enable, tracing on', async () => {
-    const result = await measure('enable, tracing on', statusPosts(service.statusUrl, [main.key], enableAgents, true), enablePlan);
-    failures.push(...result.problems);
-    loads['enable, tracing on'] = result.figure;
+    await checkRateLimitIsOn(service.statusUrl);
+    await measureEnable('enable, tracing on', service.statusUrl);
   });
   const memory = memoryOf(service.child.pid!);
   processes['tracing on'] = { ...processes['tracing on']!, rssAfterLoadMiB: memory.rssMiB, peakRssMiB: memory.peakMiB };
