@@ -7,8 +7,8 @@ export interface HealthDeps {
 
 /** Kubernetes probes. Liveness says only that the event loop answers; readiness checks the rest. */
 export const healthRoutes: FastifyPluginAsync<HealthDeps> = async (app, { isReady }) => {
-  app.get('/livez', { logLevel: 'warn' }, async () => ({ status: 'ok' }));
-  app.get('/readyz', { logLevel: 'warn' }, async (_request, reply) => {
+  app.get('/livez', async () => ({ status: 'ok' }));
+  app.get('/readyz', async (_request, reply) => {
     if (await isReady()) return { status: 'ready' };
     return reply.code(503).send({ status: 'not ready' });
   });
