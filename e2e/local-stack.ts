@@ -18,7 +18,7 @@
  * sends to this launcher's group reaches them once, from here, in order. Their output goes to
  * test-results/e2e-local-stack/*.log.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { closeSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -71,7 +71,11 @@ function start(name: string, args: string[], env: Record<string, string>) {
 
 function tail(name: string, lines = 30): string {
   try {
-    return readFileSync(join(logsDir, `${name}.log`), 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+    return readFileSync(join(logsDir, `${name}.log`), 'utf8')
+      .trimEnd()
+      .split('\n')
+      .slice(-lines)
+      .join('\n');
   } catch {
     return '(no log)';
   }
@@ -89,7 +93,10 @@ async function waitFor(url: string, what: string, timeoutMs: number, process_: C
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (process_.exitCode !== null) throw new Error(`${what} exited before it was ready`);
-    const ok = await fetch(url, { signal: AbortSignal.timeout(1_000) }).then((r) => r.ok, () => false);
+    const ok = await fetch(url, { signal: AbortSignal.timeout(1_000) }).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) return;
     if (Date.now() > deadline) throw new Error(`${what} was not ready within ${timeoutMs} ms`);
     await sleep(100);
@@ -172,7 +179,9 @@ try {
 
   // A kubelet-like directory of its own; writes are atomic (temp file, then rename).
   mkdirSync(dirname(run.keysFile), { recursive: true, mode: 0o700 });
-  const bootstrap = { 'partner-keys': { [`pk_bootstrap_${randomBytes(24).toString('base64url')}`]: { networkId: randomUUID(), name: 'e2e-bootstrap' } } };
+  const bootstrap = {
+    'partner-keys': { [`pk_bootstrap_${randomBytes(24).toString('base64url')}`]: { networkId: randomUUID(), name: 'e2e-bootstrap' } },
+  };
   writeFileSync(`${run.keysFile}.tmp`, JSON.stringify(bootstrap), { mode: 0o600 });
   renameSync(`${run.keysFile}.tmp`, run.keysFile);
 

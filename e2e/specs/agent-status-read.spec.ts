@@ -4,7 +4,7 @@
 // as the POST. It never changes anything.
 import { randomUUID } from 'node:crypto';
 import type { APIRequestContext, APIResponse } from '@playwright/test';
-import { expect, expectProblem, mediaType, test, type Partner } from '../support/fixtures.js';
+import { expect, expectProblem, mediaType, type Partner, test } from '../support/fixtures.js';
 import { newPartnerKey } from '../support/partner-keys.js';
 
 /** GET the status with the agent id placed in the path exactly as given (no encoding added). */
@@ -15,13 +15,17 @@ function readStatus(request: APIRequestContext, key: string | null, agentIdInPat
   });
 }
 
-async function expectStatus(response: APIResponse, partner: Partner, expected: { agentId: string; enabled: boolean; activeUnpausedCampaignCount: number; disableInProgress: boolean }) {
+async function expectStatus(
+  response: APIResponse,
+  partner: Partner,
+  expected: { agentId: string; enabled: boolean; activeUnpausedCampaignCount: number; disableInProgress: boolean },
+) {
   expect(response.status(), await response.text()).toBe(200);
   expect(mediaType(response)).toBe('application/json');
   expect(await response.json()).toEqual({ networkId: partner.networkId, ...expected });
 }
 
-test.describe('GET /partner/agents/{agentId}/status reads an agent of the key\'s network', () => {
+test.describe("GET /partner/agents/{agentId}/status reads an agent of the key's network", () => {
   test('a new agent: enabled, its active unpaused campaigns counted, no disable in progress', async ({ request, given, partners }) => {
     const agent = await given.agent(partners.open, { campaigns: { unpaused: 2, paused: 1, inactive: 1 } });
     await expectStatus(await readStatus(request, partners.open.key, agent.agentId), partners.open, {
@@ -32,7 +36,12 @@ test.describe('GET /partner/agents/{agentId}/status reads an agent of the key\'s
     });
   });
 
-  test('after a disable has answered 200: enabled false, nothing left unpaused, no disable in progress', async ({ api, request, given, partners }) => {
+  test('after a disable has answered 200: enabled false, nothing left unpaused, no disable in progress', async ({
+    api,
+    request,
+    given,
+    partners,
+  }) => {
     const agent = await given.agent(partners.open, { campaigns: { unpaused: 3 } });
     const disable = await api.setStatus(partners.open, { agentId: agent.agentId, enabled: false });
     expect(disable.status(), await disable.text()).toBe(200);
@@ -101,13 +110,18 @@ test.describe('GET /partner/agents/{agentId}/status refuses what the POST refuse
     expect(await response.text()).not.toContain(unknownKey);
   });
 
-  test("another network's agent gets the 404 of an agent that exists nowhere, byte for byte apart from the request id", async ({ request, given, partners }) => {
+  test("another network's agent gets the 404 of an agent that exists nowhere, byte for byte apart from the request id", async ({
+    request,
+    given,
+    partners,
+  }) => {
     const theirs = await given.agent(partners.other, { campaigns: { unpaused: 1 } });
     const nowhere = `us-east-1:${randomUUID()}`;
     const [a, b] = [await readStatus(request, partners.open.key, theirs.agentId), await readStatus(request, partners.open.key, nowhere)];
     await expectProblem(a, 404, 'not-found');
     await expectProblem(b, 404, 'not-found');
-    const withoutRequestId = async (response: APIResponse) => (await response.text()).replace(response.headers()['x-request-id']!, '<request-id>');
+    const withoutRequestId = async (response: APIResponse) =>
+      (await response.text()).replace(response.headers()['x-request-id']!, '<request-id>');
     expect(await withoutRequestId(a)).toBe(await withoutRequestId(b));
     for (const header of ['content-type', 'content-length']) expect(a.headers()[header], header).toBe(b.headers()[header]);
   });

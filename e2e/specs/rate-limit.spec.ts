@@ -40,7 +40,13 @@ test.describe('A network over its rate limit gets 429, and the 429 changes nothi
   // At most RATE_LIMIT_MAX + 1 requests: generous for a large production limit.
   test.setTimeout(120_000);
 
-  test('requests beyond RATE_LIMIT_MAX in one window: 429 problem+json with Retry-After and the RateLimit fields', async ({ api, given, partners, seeder, stores }) => {
+  test('requests beyond RATE_LIMIT_MAX in one window: 429 problem+json with Retry-After and the RateLimit fields', async ({
+    api,
+    given,
+    partners,
+    seeder,
+    stores,
+  }) => {
     const partner = partners.limited;
     // Enables of an approved agent spend the budget and change nothing; the disable that is refused
     // is of an agent with campaigns, so that "nothing changed" can be seen in every store.

@@ -5,10 +5,10 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadAll } from 'js-yaml';
 import { ExternalSecret } from '@kubernetes-models/external-secrets/external-secrets.io/v1';
 import { Gateway, GatewayClass, HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
 import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
+import { loadAll } from 'js-yaml';
 import { Deployment } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { Job } from 'kubernetes-models/batch/v1';
@@ -16,7 +16,7 @@ import { Ingress, NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Pod, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 
-import { helmBinaries, helmBinary, type HelmBinary, type HelmMajor } from './helm-binaries.js';
+import { type HelmBinary, type HelmMajor, helmBinaries, helmBinary } from './helm-binaries.js';
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 export const chartDir = join(repoRoot, 'charts', 'partner-agent-status');
@@ -107,7 +107,14 @@ function describeRun(options: RenderOptions): string {
 
 /** The objects `helm template` renders (hooks and test pods included); cached per options. */
 export function render(options: RenderOptions = {}): K8sObject[] {
-  const key = JSON.stringify([options.helm ?? DEFAULT_HELM, options.kubeVersion ?? KUBE_VERSION, options.values, options.set, options.setString, options.setJson]);
+  const key = JSON.stringify([
+    options.helm ?? DEFAULT_HELM,
+    options.kubeVersion ?? KUBE_VERSION,
+    options.values,
+    options.set,
+    options.setString,
+    options.setJson,
+  ]);
   const cached = rendered.get(key);
   if (cached) return cached;
   const result = template(options);
@@ -141,7 +148,7 @@ interface Validatable {
   validate(): void;
 }
 // The models' constructors take their own typed data; rendered YAML is checked at run time instead.
-type ModelClass = new (data: any) => Validatable;
+type ModelClass = new (data: never) => Validatable;
 
 /**
  * apiVersion/kind -> model class. A kind the chart renders that is missing here fails validation:
@@ -173,7 +180,7 @@ export function validateObject(object: K8sObject): void {
   const Model = models[type];
   if (!Model) throw new Error(`no schema model for ${type} (${object.metadata?.name ?? 'unnamed'}): add one to test/chart/chart.ts`);
   try {
-    new Model(object).validate();
+    new Model(object as never).validate();
   } catch (error) {
     throw new Error(`${type} ${object.metadata.name} is invalid: ${(error as Error).message}`);
   }

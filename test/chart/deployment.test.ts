@@ -1,8 +1,8 @@
-import { describe, it, expect } from 'vitest';
 import type { IDeployment } from 'kubernetes-models/apps/v1';
 import type { IJob } from 'kubernetes-models/batch/v1';
 import type { IConfigMap, IContainer, IPod, IPodSpec, IServiceAccount } from 'kubernetes-models/v1';
-import { ciValuesFiles, findAll, findOne, render, type K8sObject, type RenderOptions } from './chart.js';
+import { describe, expect, it } from 'vitest';
+import { ciValuesFiles, findAll, findOne, type K8sObject, type RenderOptions, render } from './chart.js';
 
 const valueSets: Array<[string, RenderOptions]> = [
   ['the default values', {}],
@@ -36,7 +36,10 @@ function envConfigMap(options: RenderOptions = {}): Record<string, string> {
 /** Every pod the chart can start: the service, the migration hook and the helm test pods. */
 function allPodSpecs(objects: K8sObject[]): Array<[string, IPodSpec]> {
   const specs: Array<[string, IPodSpec | undefined]> = [
-    ...findAll<IDeployment>(objects, 'Deployment').map((d): [string, IPodSpec | undefined] => [d.metadata?.name ?? '', d.spec?.template.spec]),
+    ...findAll<IDeployment>(objects, 'Deployment').map((d): [string, IPodSpec | undefined] => [
+      d.metadata?.name ?? '',
+      d.spec?.template.spec,
+    ]),
     ...findAll<IJob>(objects, 'Job').map((j): [string, IPodSpec | undefined] => [j.metadata?.name ?? '', j.spec?.template.spec]),
     ...findAll<IPod>(objects, 'Pod').map((p): [string, IPodSpec | undefined] => [p.metadata?.name ?? '', p.spec]),
   ];

@@ -2,22 +2,34 @@
 // entries of one name at install time; client-side apply silently kept the last. `helm template`
 // and `helm lint` never reach an API server, so the chart fails the render itself when extraEnv
 // repeats a name (pas.validateExtraEnv), and these tests check every container it renders.
-import { describe, expect, it } from 'vitest';
+
 import type { IContainer } from 'kubernetes-models/v1';
-import { ciValuesFiles, helms, render, renderError, type K8sObject, type RenderOptions } from './chart.js';
+import { describe, expect, it } from 'vitest';
+import { ciValuesFiles, helms, type K8sObject, type RenderOptions, render, renderError } from './chart.js';
 
 const valueSets: Array<[string, RenderOptions]> = [
   ['the default values', {}],
   ...ciValuesFiles.map((file): [string, RenderOptions] => [file, { values: [file] }]),
-  ['extraEnv with names of its own', { set: ['extraEnv[0].name=OTEL_BSP_SCHEDULE_DELAY', 'extraEnv[1].name=TZ', 'extraEnv[1].value=UTC'], setString: ['extraEnv[0].value=2000'] }],
+  [
+    'extraEnv with names of its own',
+    {
+      set: ['extraEnv[0].name=OTEL_BSP_SCHEDULE_DELAY', 'extraEnv[1].name=TZ', 'extraEnv[1].value=UTC'],
+      setString: ['extraEnv[0].value=2000'],
+    },
+  ],
 ];
 
 /** Every container (init containers too) of every workload and pod the chart renders. */
 function containers(objects: K8sObject[]): Array<[string, IContainer]> {
   return objects.flatMap((object): Array<[string, IContainer]> => {
     const spec = (object as { spec?: { template?: { spec?: unknown } } }).spec;
-    const podSpec = (object.kind === 'Pod' ? spec : spec?.template?.spec) as { containers?: IContainer[]; initContainers?: IContainer[] } | undefined;
-    return [...(podSpec?.containers ?? []), ...(podSpec?.initContainers ?? [])].map((c): [string, IContainer] => [`${object.kind}/${object.metadata.name}/${c.name}`, c]);
+    const podSpec = (object.kind === 'Pod' ? spec : spec?.template?.spec) as
+      | { containers?: IContainer[]; initContainers?: IContainer[] }
+      | undefined;
+    return [...(podSpec?.containers ?? []), ...(podSpec?.initContainers ?? [])].map((c): [string, IContainer] => [
+      `${object.kind}/${object.metadata.name}/${c.name}`,
+      c,
+    ]);
   });
 }
 
@@ -49,15 +61,18 @@ describe.each(helms)('%s', (_helm, binary) => {
   it('fails the render when extraEnv repeats one of the variables set only with tracing on', () => {
     const tracing = ['otel.enabled=true'];
     expect(() => render({ helm: binary.major, set: [...tracing, 'extraEnv[0].name=TZ', 'extraEnv[0].value=UTC'] })).not.toThrow();
-    expect(renderError({ helm: binary.major, set: [...tracing, 'extraEnv[0].name=OTEL_RESOURCE_ATTRIBUTES', 'extraEnv[0].value=a=b'] })).toMatch(
-      /OTEL_RESOURCE_ATTRIBUTES is already set by the chart/,
-    );
+    expect(
+      renderError({ helm: binary.major, set: [...tracing, 'extraEnv[0].name=OTEL_RESOURCE_ATTRIBUTES', 'extraEnv[0].value=a=b'] }),
+    ).toMatch(/OTEL_RESOURCE_ATTRIBUTES is already set by the chart/);
   });
 
   it('fails the render when extraEnv gives one name twice', () => {
-    expect(renderError({ helm: binary.major, set: ['extraEnv[0].name=TZ', 'extraEnv[0].value=UTC', 'extraEnv[1].name=TZ', 'extraEnv[1].value=CET'] })).toMatch(
-      /extraEnv\[1\]\.name TZ repeats an earlier extraEnv entry/,
-    );
+    expect(
+      renderError({
+        helm: binary.major,
+        set: ['extraEnv[0].name=TZ', 'extraEnv[0].value=UTC', 'extraEnv[1].name=TZ', 'extraEnv[1].value=CET'],
+      }),
+    ).toMatch(/extraEnv\[1\]\.name TZ repeats an earlier extraEnv entry/);
   });
 });
 

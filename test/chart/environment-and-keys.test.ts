@@ -1,8 +1,8 @@
-import { describe, it, expect } from 'vitest';
 import type { IExternalSecret } from '@kubernetes-models/external-secrets/external-secrets.io/v1';
 import type { IDeployment } from 'kubernetes-models/apps/v1';
 import type { IConfigMap, IContainer, IEnvVar, IPodSpec, IServiceAccount } from 'kubernetes-models/v1';
-import { ciValuesFiles, findAll, findOne, render, type RenderOptions } from './chart.js';
+import { describe, expect, it } from 'vitest';
+import { ciValuesFiles, findAll, findOne, type RenderOptions, render } from './chart.js';
 
 /** CONTRACT.md section 2, and the project's own tunables with their defaults. */
 const contractDefaults: Record<string, string> = {
@@ -40,12 +40,7 @@ const contractDefaults: Record<string, string> = {
   OTEL_LOGS_EXPORTER: 'none',
 };
 const fromSecrets = ['DATABASE_URL', 'REDIS_URL', 'SPEND_MANAGEMENT_TOKEN'];
-const alwaysPlain = [
-  ...Object.keys(contractDefaults),
-  'SPEND_MANAGEMENT_URL',
-  'OTEL_SERVICE_NAME',
-  'OTEL_SDK_DISABLED',
-];
+const alwaysPlain = [...Object.keys(contractDefaults), 'SPEND_MANAGEMENT_URL', 'OTEL_SERVICE_NAME', 'OTEL_SDK_DISABLED'];
 const fileMode = ['PARTNER_KEYS_FILE', 'PARTNER_KEYS_POLL_INTERVAL_MS'];
 const secretsManagerMode = ['PARTNER_KEYS_SECRET_ID', 'PARTNER_KEYS_REFRESH_INTERVAL_MS', 'AWS_REGION'];
 /** Everything the chart may set; anything else is a typo or an undocumented variable. */
@@ -148,7 +143,7 @@ describe('environment of the service (CONTRACT.md section 2)', () => {
     expect(position('POD_NAME')).toBeLessThan(position('OTEL_RESOURCE_ATTRIBUTES'));
   });
 
-  it('passes extraEnv through as given, after the chart\'s own entries', () => {
+  it("passes extraEnv through as given, after the chart's own entries", () => {
     const { env } = rendered({ values: ['ci/everything-values.yaml'] });
     expect(env.at(-1)).toEqual({ name: 'OTEL_BSP_MAX_QUEUE_SIZE', value: '1024' });
   });
@@ -241,7 +236,9 @@ describe('partner keys', () => {
         version: 'AWSCURRENT',
       });
       const store = findOne<IExternalSecret>(
-        render({ set: ['partnerKeys.externalSecret.secretStoreRef.kind=SecretStore', 'partnerKeys.externalSecret.secretStoreRef.name=aws'] }),
+        render({
+          set: ['partnerKeys.externalSecret.secretStoreRef.kind=SecretStore', 'partnerKeys.externalSecret.secretStoreRef.name=aws'],
+        }),
         'ExternalSecret',
       ).spec?.secretStoreRef;
       expect(store).toEqual({ name: 'aws', kind: 'SecretStore' });
@@ -298,9 +295,7 @@ describe('partner keys', () => {
 
     it('annotates the ServiceAccount for IRSA', () => {
       const account = findOne<IServiceAccount>(render(options), 'ServiceAccount');
-      expect(account.metadata?.annotations?.['eks.amazonaws.com/role-arn']).toBe(
-        'arn:aws:iam::123456789012:role/partner-agent-status',
-      );
+      expect(account.metadata?.annotations?.['eks.amazonaws.com/role-arn']).toBe('arn:aws:iam::123456789012:role/partner-agent-status');
       const deployment = findOne<IDeployment>(render(options), 'Deployment');
       expect(deployment.spec?.template.spec?.serviceAccountName).toBe(account.metadata?.name);
     });

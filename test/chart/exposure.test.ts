@@ -1,11 +1,11 @@
-import { describe, it, expect } from 'vitest';
+import type { IHTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
 import type { IDeployment } from 'kubernetes-models/apps/v1';
 import type { IHorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
-import type { IHTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
 import type { IIngress, INetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import type { IPodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import type { IConfigMap, IService } from 'kubernetes-models/v1';
-import { findAll, findOne, helms, render, validateObject, type K8sObject, type RenderOptions } from './chart.js';
+import { describe, expect, it } from 'vitest';
+import { findAll, findOne, helms, type K8sObject, type RenderOptions, render, validateObject } from './chart.js';
 
 const everything = { values: ['ci/everything-values.yaml'] };
 
@@ -69,7 +69,9 @@ describe.each(helms)('%s', (_helm, binary) => {
       const rules = httpRoute().spec?.rules ?? [];
       expect(rules).toHaveLength(1);
       expect(rules[0]?.matches).toEqual([{ path: { type: 'PathPrefix', value: '/partner/' } }]);
-      expect(rules[0]?.backendRefs).toEqual([{ group: '', kind: 'Service', name: service.metadata?.name, port: service.spec?.ports?.find((p) => p.name === 'http')?.port }]);
+      expect(rules[0]?.backendRefs).toEqual([
+        { group: '', kind: 'Service', name: service.metadata?.name, port: service.spec?.ports?.find((p) => p.name === 'http')?.port },
+      ]);
     });
 
     it('serves the host names from values, or every host of the listener', () => {
@@ -182,7 +184,11 @@ describe('NetworkPolicy', () => {
       { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'envoy-gateway-system' } } },
       {
         podSelector: {
-          matchLabels: { 'app.kubernetes.io/name': 'partner-agent-status', 'app.kubernetes.io/instance': 'pas', 'app.kubernetes.io/component': 'test' },
+          matchLabels: {
+            'app.kubernetes.io/name': 'partner-agent-status',
+            'app.kubernetes.io/instance': 'pas',
+            'app.kubernetes.io/component': 'test',
+          },
         },
       },
     ]);
@@ -191,14 +197,19 @@ describe('NetworkPolicy', () => {
   });
 
   it('closes the metrics port when no peer is given for it', () => {
-    expect(policy({ setJson: ['networkPolicy.ingress.metrics=[]'] }).spec?.ingress?.map((r) => r.ports?.map((p) => p.port))).toEqual([['http']]);
+    expect(policy({ setJson: ['networkPolicy.ingress.metrics=[]'] }).spec?.ingress?.map((r) => r.ports?.map((p) => p.port))).toEqual([
+      ['http'],
+    ]);
   });
 
   it('lets out only DNS to kube-system, PostgreSQL, Redis, spend management and AWS by default', () => {
     const egress = policy().spec?.egress ?? [];
     expect(egress.map(ports)).toEqual([['53/UDP', '53/TCP'], ['5432/TCP'], ['6379/TCP'], ['8080/TCP'], ['443/TCP']]);
     expect(egress[0]?.to).toEqual([
-      { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } }, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } },
+      {
+        namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } },
+        podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } },
+      },
     ]);
     for (const rule of egress) expect(rule.ports?.length, 'an egress rule without ports would allow every port').toBeGreaterThan(0);
   });
@@ -213,12 +224,22 @@ describe('NetworkPolicy', () => {
 
   it('lets out the OpenTelemetry collector only while tracing is on, on the port of its endpoint', () => {
     const egress = policy(everything).spec?.egress ?? [];
-    expect(egress.map(ports)).toEqual([['53/UDP', '53/TCP'], ['5432/TCP'], ['6379/TCP'], ['8080/TCP'], ['443/TCP'], ['4318/TCP'], ['9000/TCP']]);
+    expect(egress.map(ports)).toEqual([
+      ['53/UDP', '53/TCP'],
+      ['5432/TCP'],
+      ['6379/TCP'],
+      ['8080/TCP'],
+      ['443/TCP'],
+      ['4318/TCP'],
+      ['9000/TCP'],
+    ]);
     expect(egress[1]?.to).toEqual([{ ipBlock: { cidr: '10.20.0.0/16' } }]);
     expect(egress[4]?.to).toEqual([{ ipBlock: { cidr: '0.0.0.0/0', except: ['169.254.169.254/32'] } }]);
     expect(egress[5]?.to).toEqual([{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'observability' } } }]);
     expect(ports((policy({ set: ['otel.enabled=true'] }).spec?.egress ?? [])[5] ?? {})).toEqual(['4318/TCP']);
-    expect(ports((policy({ set: ['otel.enabled=true', 'otel.exporterOtlpEndpoint=http://collector:4317'] }).spec?.egress ?? [])[5] ?? {})).toEqual(['4317/TCP']);
+    expect(
+      ports((policy({ set: ['otel.enabled=true', 'otel.exporterOtlpEndpoint=http://collector:4317'] }).spec?.egress ?? [])[5] ?? {}),
+    ).toEqual(['4317/TCP']);
   });
 });
 

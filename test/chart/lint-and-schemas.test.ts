@@ -1,5 +1,15 @@
-import { describe, it, expect } from 'vitest';
-import { ciValuesFiles, helms, KUBE_VERSIONS, lint, NAMESPACE, render, validateObject, type K8sObject, type RenderOptions } from './chart.js';
+import { describe, expect, it } from 'vitest';
+import {
+  ciValuesFiles,
+  helms,
+  type K8sObject,
+  KUBE_VERSIONS,
+  lint,
+  NAMESPACE,
+  type RenderOptions,
+  render,
+  validateObject,
+} from './chart.js';
 
 const valueSets: Array<[string, RenderOptions]> = [
   ['the default values', {}],

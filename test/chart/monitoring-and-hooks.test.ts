@@ -1,12 +1,12 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { load } from 'js-yaml';
-import { describe, it, expect } from 'vitest';
 import type { IPrometheusRule, IServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
+import { load } from 'js-yaml';
 import type { IDeployment } from 'kubernetes-models/apps/v1';
 import type { IJob } from 'kubernetes-models/batch/v1';
 import type { IConfigMap, IPod, IService } from 'kubernetes-models/v1';
-import { chartDir, findAll, findOne, NAMESPACE, render, type RenderOptions } from './chart.js';
+import { describe, expect, it } from 'vitest';
+import { chartDir, findAll, findOne, NAMESPACE, type RenderOptions, render } from './chart.js';
 
 const everything = { values: ['ci/everything-values.yaml'] };
 
@@ -42,7 +42,9 @@ describe('PrometheusRule', () => {
 });
 
 describe('Grafana dashboards', () => {
-  const files = readdirSync(join(chartDir, 'dashboards')).filter((f) => f.endsWith('.json')).sort();
+  const files = readdirSync(join(chartDir, 'dashboards'))
+    .filter((f) => f.endsWith('.json'))
+    .sort();
   const dashboards = (options: RenderOptions = everything): IConfigMap[] =>
     findAll<IConfigMap>(render(options), 'ConfigMap').filter((c) => c.metadata?.labels?.['app.kubernetes.io/component'] === 'dashboards');
 

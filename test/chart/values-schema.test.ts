@@ -2,8 +2,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Ajv } from 'ajv';
 import { load } from 'js-yaml';
-import { describe, it, expect } from 'vitest';
-import { chartDir, helms, lint, render, renderError, type RenderOptions } from './chart.js';
+import { describe, expect, it } from 'vitest';
+import { chartDir, helms, lint, type RenderOptions, render, renderError } from './chart.js';
 
 interface SchemaNode {
   type?: string | string[];
@@ -41,7 +41,8 @@ function undescribed(value: unknown, node: SchemaNode, path: string): string[] {
     const childPath = path ? `${path}.${key}` : key;
     const described = resolved.properties?.[key];
     if (described) missing.push(...undescribed(child, described, childPath));
-    else if (typeof resolved.additionalProperties === 'object') missing.push(...undescribed(child, resolved.additionalProperties, childPath));
+    else if (typeof resolved.additionalProperties === 'object')
+      missing.push(...undescribed(child, resolved.additionalProperties, childPath));
     // Free-form Kubernetes objects (security contexts, affinity) are open; everything else is closed.
     else if (resolved.additionalProperties === false || resolved.type !== 'object') missing.push(childPath);
   }
@@ -95,48 +96,176 @@ interface Rejection {
 }
 
 const rejections: Array<[string, Rejection]> = [
-  ['a string replica count (--set replicaCount=two)', { options: { set: ['replicaCount=two'] }, override: { replicaCount: 'two' }, path: ['replicaCount'], keyword: 'type' }],
-  ['a quoted number as replica count', { options: { setString: ['replicaCount=3'] }, override: { replicaCount: '3' }, path: ['replicaCount'], keyword: 'type' }],
-  ['an unknown top-level key', { options: { set: ['replicas=3'] }, override: { replicas: 3 }, path: [], keyword: 'additionalProperties', property: 'replicas' }],
+  [
+    'a string replica count (--set replicaCount=two)',
+    { options: { set: ['replicaCount=two'] }, override: { replicaCount: 'two' }, path: ['replicaCount'], keyword: 'type' },
+  ],
+  [
+    'a quoted number as replica count',
+    { options: { setString: ['replicaCount=3'] }, override: { replicaCount: '3' }, path: ['replicaCount'], keyword: 'type' },
+  ],
+  [
+    'an unknown top-level key',
+    { options: { set: ['replicas=3'] }, override: { replicas: 3 }, path: [], keyword: 'additionalProperties', property: 'replicas' },
+  ],
   [
     'an unknown nested key, such as an attempt to move a probe path',
-    { options: { set: ['probes.liveness.path=/healthz'] }, override: { probes: { liveness: { path: '/healthz' } } }, path: ['probes', 'liveness'], keyword: 'additionalProperties', property: 'path' },
+    {
+      options: { set: ['probes.liveness.path=/healthz'] },
+      override: { probes: { liveness: { path: '/healthz' } } },
+      path: ['probes', 'liveness'],
+      keyword: 'additionalProperties',
+      property: 'path',
+    },
   ],
-  ['a port the non-root service cannot bind', { options: { set: ['ports.http=80'] }, override: { ports: { http: 80 } }, path: ['ports', 'http'], keyword: 'minimum' }],
-  ['a string port', { options: { setString: ['ports.metrics=9464'] }, override: { ports: { metrics: '9464' } }, path: ['ports', 'metrics'], keyword: 'type' }],
-  ['an unknown partner-keys mode', { options: { set: ['partnerKeys.mode=vault'] }, override: { partnerKeys: { mode: 'vault' } }, path: ['partnerKeys', 'mode'], keyword: 'enum' }],
-  ['an unknown log level', { options: { set: ['config.logLevel=verbose'] }, override: { config: { logLevel: 'verbose' } }, path: ['config', 'logLevel'], keyword: 'enum' }],
+  [
+    'a port the non-root service cannot bind',
+    { options: { set: ['ports.http=80'] }, override: { ports: { http: 80 } }, path: ['ports', 'http'], keyword: 'minimum' },
+  ],
+  [
+    'a string port',
+    {
+      options: { setString: ['ports.metrics=9464'] },
+      override: { ports: { metrics: '9464' } },
+      path: ['ports', 'metrics'],
+      keyword: 'type',
+    },
+  ],
+  [
+    'an unknown partner-keys mode',
+    {
+      options: { set: ['partnerKeys.mode=vault'] },
+      override: { partnerKeys: { mode: 'vault' } },
+      path: ['partnerKeys', 'mode'],
+      keyword: 'enum',
+    },
+  ],
+  [
+    'an unknown log level',
+    {
+      options: { set: ['config.logLevel=verbose'] },
+      override: { config: { logLevel: 'verbose' } },
+      path: ['config', 'logLevel'],
+      keyword: 'enum',
+    },
+  ],
   [
     'a key poll slower than 10 s (the service would refuse it at start)',
-    { options: { set: ['partnerKeys.pollIntervalMs=20000'] }, override: { partnerKeys: { pollIntervalMs: 20000 } }, path: ['partnerKeys', 'pollIntervalMs'], keyword: 'maximum' },
+    {
+      options: { set: ['partnerKeys.pollIntervalMs=20000'] },
+      override: { partnerKeys: { pollIntervalMs: 20000 } },
+      path: ['partnerKeys', 'pollIntervalMs'],
+      keyword: 'maximum',
+    },
   ],
-  ['a pool of no connections', { options: { set: ['database.poolSize=0'] }, override: { database: { poolSize: 0 } }, path: ['database', 'poolSize'], keyword: 'minimum' }],
-  ['a shutdown time-out under a second', { options: { set: ['config.shutdownTimeoutMs=500'] }, override: { config: { shutdownTimeoutMs: 500 } }, path: ['config', 'shutdownTimeoutMs'], keyword: 'minimum' }],
+  [
+    'a pool of no connections',
+    {
+      options: { set: ['database.poolSize=0'] },
+      override: { database: { poolSize: 0 } },
+      path: ['database', 'poolSize'],
+      keyword: 'minimum',
+    },
+  ],
+  [
+    'a shutdown time-out under a second',
+    {
+      options: { set: ['config.shutdownTimeoutMs=500'] },
+      override: { config: { shutdownTimeoutMs: 500 } },
+      path: ['config', 'shutdownTimeoutMs'],
+      keyword: 'minimum',
+    },
+  ],
   [
     'a spend-management URL that is not http(s)',
-    { options: { set: ['spendManagement.url=spend-management:8080'] }, override: { spendManagement: { url: 'spend-management:8080' } }, path: ['spendManagement', 'url'], keyword: 'pattern' },
+    {
+      options: { set: ['spendManagement.url=spend-management:8080'] },
+      override: { spendManagement: { url: 'spend-management:8080' } },
+      path: ['spendManagement', 'url'],
+      keyword: 'pattern',
+    },
   ],
-  ['a negative rate limit', { options: { set: ['config.rateLimit.max=-1'] }, override: { config: { rateLimit: { max: -1 } } }, path: ['config', 'rateLimit', 'max'], keyword: 'minimum' }],
+  [
+    'a negative rate limit',
+    {
+      options: { set: ['config.rateLimit.max=-1'] },
+      override: { config: { rateLimit: { max: -1 } } },
+      path: ['config', 'rateLimit', 'max'],
+      keyword: 'minimum',
+    },
+  ],
   [
     'a rate-limit window given as a string',
-    { options: { setString: ['config.rateLimit.windowMs=60000'] }, override: { config: { rateLimit: { windowMs: '60000' } } }, path: ['config', 'rateLimit', 'windowMs'], keyword: 'type' },
+    {
+      options: { setString: ['config.rateLimit.windowMs=60000'] },
+      override: { config: { rateLimit: { windowMs: '60000' } } },
+      path: ['config', 'rateLimit', 'windowMs'],
+      keyword: 'type',
+    },
   ],
   [
     'no disable in flight at all',
-    { options: { set: ['config.disablesInFlightPerNetwork=0'] }, override: { config: { disablesInFlightPerNetwork: 0 } }, path: ['config', 'disablesInFlightPerNetwork'], keyword: 'minimum' },
+    {
+      options: { set: ['config.disablesInFlightPerNetwork=0'] },
+      override: { config: { disablesInFlightPerNetwork: 0 } },
+      path: ['config', 'disablesInFlightPerNetwork'],
+      keyword: 'minimum',
+    },
   ],
   [
     'more batches in flight than the service accepts',
-    { options: { set: ['config.pipeline.disableBatchesInFlight=65'] }, override: { config: { pipeline: { disableBatchesInFlight: 65 } } }, path: ['config', 'pipeline', 'disableBatchesInFlight'], keyword: 'maximum' },
+    {
+      options: { set: ['config.pipeline.disableBatchesInFlight=65'] },
+      override: { config: { pipeline: { disableBatchesInFlight: 65 } } },
+      path: ['config', 'pipeline', 'disableBatchesInFlight'],
+      keyword: 'maximum',
+    },
   ],
-  ['a worker lease under a second', { options: { set: ['config.worker.leaseMs=500'] }, override: { config: { worker: { leaseMs: 500 } } }, path: ['config', 'worker', 'leaseMs'], keyword: 'minimum' }],
+  [
+    'a worker lease under a second',
+    {
+      options: { set: ['config.worker.leaseMs=500'] },
+      override: { config: { worker: { leaseMs: 500 } } },
+      path: ['config', 'worker', 'leaseMs'],
+      keyword: 'minimum',
+    },
+  ],
   [
     'no Secrets Manager attempt',
-    { options: { set: ['config.secretsManager.maxAttempts=0'] }, override: { config: { secretsManager: { maxAttempts: 0 } } }, path: ['config', 'secretsManager', 'maxAttempts'], keyword: 'minimum' },
+    {
+      options: { set: ['config.secretsManager.maxAttempts=0'] },
+      override: { config: { secretsManager: { maxAttempts: 0 } } },
+      path: ['config', 'secretsManager', 'maxAttempts'],
+      keyword: 'minimum',
+    },
   ],
-  ['an unknown trace sampler', { options: { set: ['otel.tracesSampler=sometimes'] }, override: { otel: { tracesSampler: 'sometimes' } }, path: ['otel', 'tracesSampler'], keyword: 'enum' }],
-  ['a sampling ratio above 1', { options: { set: ['otel.tracesSamplerArg=2'] }, override: { otel: { tracesSamplerArg: 2 } }, path: ['otel', 'tracesSamplerArg'], keyword: 'maximum' }],
-  ['a route without a time-out', { options: { set: ['httpRoute.requestTimeoutSeconds=0'] }, override: { httpRoute: { requestTimeoutSeconds: 0 } }, path: ['httpRoute', 'requestTimeoutSeconds'], keyword: 'minimum' }],
+  [
+    'an unknown trace sampler',
+    {
+      options: { set: ['otel.tracesSampler=sometimes'] },
+      override: { otel: { tracesSampler: 'sometimes' } },
+      path: ['otel', 'tracesSampler'],
+      keyword: 'enum',
+    },
+  ],
+  [
+    'a sampling ratio above 1',
+    {
+      options: { set: ['otel.tracesSamplerArg=2'] },
+      override: { otel: { tracesSamplerArg: 2 } },
+      path: ['otel', 'tracesSamplerArg'],
+      keyword: 'maximum',
+    },
+  ],
+  [
+    'a route without a time-out',
+    {
+      options: { set: ['httpRoute.requestTimeoutSeconds=0'] },
+      override: { httpRoute: { requestTimeoutSeconds: 0 } },
+      path: ['httpRoute', 'requestTimeoutSeconds'],
+      keyword: 'minimum',
+    },
+  ],
 ];
 
 /**
@@ -162,7 +291,8 @@ describe('the rejection cases themselves (Ajv over values.schema.json)', () => {
       keyword: rejection.keyword,
       at: rejection.path.map((segment) => `/${segment}`).join(''),
     });
-    if (rejection.property) expect(errors.find((error) => error.keyword === 'additionalProperties')?.params).toEqual({ additionalProperty: rejection.property });
+    if (rejection.property)
+      expect(errors.find((error) => error.keyword === 'additionalProperties')?.params).toEqual({ additionalProperty: rejection.property });
   });
 });
 
@@ -198,9 +328,9 @@ describe.each(helms)('%s refuses at render time what a JSON schema cannot expres
 
   it('two partner-key sources at once', () => {
     expect(refused({ set: ['partnerKeys.secretsManager.secretId=partner-keys'] })).toMatch(/exactly one key source/);
-    expect(refused({ set: ['partnerKeys.mode=secretsManager', 'partnerKeys.secretsManager.secretId=k', 'partnerKeys.existingSecret=s'] })).toMatch(
-      /exactly one key source/,
-    );
+    expect(
+      refused({ set: ['partnerKeys.mode=secretsManager', 'partnerKeys.secretsManager.secretId=k', 'partnerKeys.existingSecret=s'] }),
+    ).toMatch(/exactly one key source/);
   });
 
   it('a partner-key source without its coordinates', () => {
@@ -217,7 +347,9 @@ describe.each(helms)('%s refuses at render time what a JSON schema cannot expres
   });
 
   it('an autoscaler whose minimum exceeds its maximum', () => {
-    expect(refused({ set: ['autoscaling.enabled=true', 'autoscaling.minReplicas=5', 'autoscaling.maxReplicas=3'] })).toMatch(/minReplicas must not exceed/);
+    expect(refused({ set: ['autoscaling.enabled=true', 'autoscaling.minReplicas=5', 'autoscaling.maxReplicas=3'] })).toMatch(
+      /minReplicas must not exceed/,
+    );
   });
 
   it('a worker backoff whose first delay exceeds its cap', () => {
@@ -258,14 +390,21 @@ describe.each(helms)('%s refuses at render time what a JSON schema cannot expres
     expect(refused({ set: [ingress], setString: ['ingress.annotations.nginx\\.ingress\\.kubernetes\\.io/proxy-read-timeout=10'] })).toMatch(
       /must not set nginx.ingress.kubernetes.io\/proxy-read-timeout: the chart sets it from ingress.proxyTimeoutSeconds/,
     );
-    expect(refused({ set: [ingress, 'ingress.annotations.nginx\\.ingress\\.kubernetes\\.io/proxy-next-upstream=error timeout non_idempotent'] })).toMatch(
-      /must not contain non_idempotent/,
-    );
+    expect(
+      refused({ set: [ingress, 'ingress.annotations.nginx\\.ingress\\.kubernetes\\.io/proxy-next-upstream=error timeout non_idempotent'] }),
+    ).toMatch(/must not contain non_idempotent/);
   });
 
   it('an Ingress TLS host that the Ingress does not serve', () => {
     expect(
-      refused({ set: ['ingress.enabled=true', 'ingress.hosts[0]=a.example.com', 'ingress.tls[0].hosts[0]=b.example.com', 'ingress.tls[0].secretName=t'] }),
+      refused({
+        set: [
+          'ingress.enabled=true',
+          'ingress.hosts[0]=a.example.com',
+          'ingress.tls[0].hosts[0]=b.example.com',
+          'ingress.tls[0].secretName=t',
+        ],
+      }),
     ).toMatch(/ingress.tls\[0\] names host b.example.com, which is not in ingress.hosts/);
   });
 });

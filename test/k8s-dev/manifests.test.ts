@@ -8,7 +8,7 @@ import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { load, loadAll } from 'js-yaml';
 import { describe, expect, it } from 'vitest';
-import { findAll, findOne, helms, lint, render, validateObject, type K8sObject } from '../chart/chart.js';
+import { findAll, findOne, helms, type K8sObject, lint, render, validateObject } from '../chart/chart.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const devDir = join(root, 'k8s-dev');
@@ -23,8 +23,12 @@ function yamlFiles(dir: string): string[] {
   });
 }
 
-const manifestFiles = readdirSync(manifestsDir).filter((name) => /\.ya?ml$/.test(name)).sort();
-const gatewayObjects = loadAll(readFileSync(join(devDir, 'gateway', 'gateway.yaml'), 'utf8')).filter((doc) => doc !== null && doc !== undefined) as K8sObject[];
+const manifestFiles = readdirSync(manifestsDir)
+  .filter((name) => /\.ya?ml$/.test(name))
+  .sort();
+const gatewayObjects = loadAll(readFileSync(join(devDir, 'gateway', 'gateway.yaml'), 'utf8')).filter(
+  (doc) => doc !== null && doc !== undefined,
+) as K8sObject[];
 const manifestObjects: Array<{ file: string; object: K8sObject }> = manifestFiles.flatMap((file) =>
   loadAll(readFileSync(join(manifestsDir, file), 'utf8'))
     .filter((doc) => doc !== null && doc !== undefined)
@@ -39,13 +43,18 @@ function libSetting(name: string): string {
   return match[1]!;
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- parsed YAML
+// biome-ignore lint/suspicious/noExplicitAny: parsed YAML of several shapes, read field by field in assertions
 type Json = any;
 const values: Json = load(readFileSync(valuesDev, 'utf8'));
 
 describe('k8s-dev YAML files', () => {
   it('are each checked by this file: the kind config, the chart values, or Kubernetes manifests', () => {
-    const checked = ['kind-cluster.yaml', 'values-dev.yaml', 'gateway/gateway.yaml', ...manifestFiles.map((file) => `manifests/${file}`)].sort();
+    const checked = [
+      'kind-cluster.yaml',
+      'values-dev.yaml',
+      'gateway/gateway.yaml',
+      ...manifestFiles.map((file) => `manifests/${file}`),
+    ].sort();
     expect(yamlFiles(devDir).sort()).toEqual(checked);
   });
 });
@@ -54,7 +63,14 @@ describe('k8s-dev/manifests: every object matches its Kubernetes schema', () => 
   it('holds the three dependencies: PostgreSQL, Redis and the simulator, each a Deployment and a Service', () => {
     const names = manifestObjects.map(({ object }) => `${object.kind}/${object.metadata.name}`).sort();
     expect(names).toEqual(
-      ['Deployment/postgres', 'Deployment/redis', 'Deployment/spend-simulator', 'Service/postgres', 'Service/redis', 'Service/spend-simulator'].sort(),
+      [
+        'Deployment/postgres',
+        'Deployment/redis',
+        'Deployment/spend-simulator',
+        'Service/postgres',
+        'Service/redis',
+        'Service/spend-simulator',
+      ].sort(),
     );
   });
 
@@ -68,14 +84,20 @@ describe('k8s-dev/manifests: every object matches its Kubernetes schema', () => 
   );
 
   it('pins every image to a version (postgres 15, redis 7, the locally built service image)', () => {
-    const images = findAll<Json>(manifestObjects.map(({ object }) => object), 'Deployment').flatMap((d) =>
-      d.spec.template.spec.containers.map((c: Json) => c.image as string),
-    );
-    expect(images.sort()).toEqual([expect.stringMatching(/^partner-agent-status:dev$/), expect.stringMatching(/^postgres:15\.\d+$/), expect.stringMatching(/^redis:7\.\d+\.\d+$/)]);
+    const images = findAll<Json>(
+      manifestObjects.map(({ object }) => object),
+      'Deployment',
+    ).flatMap((d) => d.spec.template.spec.containers.map((c: Json) => c.image as string));
+    expect(images.sort()).toEqual([
+      expect.stringMatching(/^partner-agent-status:dev$/),
+      expect.stringMatching(/^postgres:15\.\d+$/),
+      expect.stringMatching(/^redis:7\.\d+\.\d+$/),
+    ]);
   });
 
   it('runs the simulator from the service image, never pulled, as node dist/spend-simulator/main.js', () => {
-    const simulator = manifestObjects.find(({ object }) => object.kind === 'Deployment' && object.metadata.name === 'spend-simulator')!.object as Json;
+    const simulator = manifestObjects.find(({ object }) => object.kind === 'Deployment' && object.metadata.name === 'spend-simulator')!
+      .object as Json;
     const [container] = simulator.spec.template.spec.containers;
     expect(container.image).toBe(libSetting('IMAGE'));
     expect(container.imagePullPolicy).toBe('Never');
@@ -83,7 +105,7 @@ describe('k8s-dev/manifests: every object matches its Kubernetes schema', () => 
     expect(container.args).toEqual(['dist/spend-simulator/main.js']);
   });
 
-  it("gives every Service a Deployment whose pods it selects and a port it targets", () => {
+  it('gives every Service a Deployment whose pods it selects and a port it targets', () => {
     const objects = manifestObjects.map(({ object }) => object);
     for (const service of findAll<Json>(objects, 'Service')) {
       const deployment = findAll<Json>(objects, 'Deployment').find((d) =>
@@ -122,7 +144,13 @@ describe('the chart with k8s-dev/values-dev.yaml', () => {
     const route = findOne<Json>(objects(), 'HTTPRoute');
     const gateway = gatewayObjects.find((o) => o.kind === 'Gateway') as Json;
     expect(route.spec.parentRefs).toEqual([
-      { group: 'gateway.networking.k8s.io', kind: 'Gateway', name: gateway.metadata.name, namespace: gateway.metadata.namespace, sectionName: gateway.spec.listeners[0].name },
+      {
+        group: 'gateway.networking.k8s.io',
+        kind: 'Gateway',
+        name: gateway.metadata.name,
+        namespace: gateway.metadata.namespace,
+        sectionName: gateway.spec.listeners[0].name,
+      },
     ]);
     expect(route.spec.rules.map((rule: Json) => rule.matches)).toEqual([[{ path: { type: 'PathPrefix', value: '/partner/' } }]]);
     // Every host: the suite's requests carry Host: localhost:<port>.
@@ -131,7 +159,9 @@ describe('the chart with k8s-dev/values-dev.yaml', () => {
 
   it('admits the Envoy pods of the dev Gateway through the NetworkPolicy', () => {
     const policy = findOne<Json>(objects(), 'NetworkPolicy');
-    expect(policy.spec.ingress[0].from).toContainEqual({ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': libSetting('GATEWAY_NAMESPACE') } } });
+    expect(policy.spec.ingress[0].from).toContainEqual({
+      namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': libSetting('GATEWAY_NAMESPACE') } },
+    });
   });
 
   it('sets a rate limit the rate-limit spec reaches at once and no other spec reaches in a whole run', () => {
@@ -162,14 +192,15 @@ describe('the chart with k8s-dev/values-dev.yaml', () => {
   it('points SPEND_MANAGEMENT_URL at the simulator Service, and REDIS_KEY_PREFIX at what run-e2e.sh tells the seeder', () => {
     const config = findOne<Json>(objects(), 'ConfigMap').data;
     const url = new URL(config.SPEND_MANAGEMENT_URL);
-    const simulatorService = manifestObjects.find(({ object }) => object.kind === 'Service' && object.metadata.name === 'spend-simulator')!.object as Json;
+    const simulatorService = manifestObjects.find(({ object }) => object.kind === 'Service' && object.metadata.name === 'spend-simulator')!
+      .object as Json;
     expect(url.hostname).toBe(simulatorService.metadata.name);
     expect(Number(url.port)).toBe(simulatorService.spec.ports[0].port);
     expect(config.REDIS_KEY_PREFIX).toBe(libSetting('REDIS_KEY_PREFIX'));
   });
 });
 
-describe('k8s-dev/kind-cluster.yaml (kind\'s format, checked by structure)', () => {
+describe("k8s-dev/kind-cluster.yaml (kind's format, checked by structure)", () => {
   const cluster: Json = load(readFileSync(join(devDir, 'kind-cluster.yaml'), 'utf8'));
 
   it('is a kind v1alpha4 Cluster with one control-plane node', () => {
@@ -184,7 +215,9 @@ describe('k8s-dev/kind-cluster.yaml (kind\'s format, checked by structure)', () 
     const mappings = cluster.nodes[0].extraPortMappings as Json[];
     const proxy = gatewayObjects.find((o) => o.kind === 'EnvoyProxy') as Json;
     const nodePort = proxy.spec.provider.kubernetes.envoyService.patch.value.spec.ports[0].nodePort;
-    expect(mappings).toEqual([{ containerPort: nodePort, hostPort: Number(libSetting('GATEWAY_HTTP_PORT')), listenAddress: '127.0.0.1', protocol: 'TCP' }]);
+    expect(mappings).toEqual([
+      { containerPort: nodePort, hostPort: Number(libSetting('GATEWAY_HTTP_PORT')), listenAddress: '127.0.0.1', protocol: 'TCP' },
+    ]);
     expect(cluster.nodes[0].labels).toBeUndefined();
   });
 
@@ -218,10 +251,11 @@ describe('k8s-dev/gateway/gateway.yaml: the dev Gateway', () => {
     );
   });
 
-  it.each(gatewayObjects.filter((o) => o.apiVersion.startsWith('gateway.networking.k8s.io/')).map((o) => [`${o.kind}/${o.metadata.name}`, o] as const))(
-    '%s matches its Gateway API schema',
-    (_name, object) => validateObject(object),
-  );
+  it.each(
+    gatewayObjects
+      .filter((o) => o.apiVersion.startsWith('gateway.networking.k8s.io/'))
+      .map((o) => [`${o.kind}/${o.metadata.name}`, o] as const),
+  )('%s matches its Gateway API schema', (_name, object) => validateObject(object));
 
   it('is the Gateway the scripts wait for, run by Envoy Gateway, with the EnvoyProxy settings', () => {
     const gateway = byKind('Gateway');
@@ -230,7 +264,11 @@ describe('k8s-dev/gateway/gateway.yaml: the dev Gateway', () => {
     expect(gateway.spec.gatewayClassName).toBe(byKind('GatewayClass').metadata.name);
     const proxy = byKind('EnvoyProxy');
     expect(proxy.metadata.namespace).toBe(gateway.metadata.namespace);
-    expect(gateway.spec.infrastructure.parametersRef).toEqual({ group: 'gateway.envoyproxy.io', kind: 'EnvoyProxy', name: proxy.metadata.name });
+    expect(gateway.spec.infrastructure.parametersRef).toEqual({
+      group: 'gateway.envoyproxy.io',
+      kind: 'EnvoyProxy',
+      name: proxy.metadata.name,
+    });
   });
 
   it('exposes the HTTP listener on a NodePort whose Service port is the listener port', () => {
@@ -279,7 +317,14 @@ describe('k8s-dev/run-e2e.sh', () => {
   it('runs the suite through the Gateway with every seeding variable set', () => {
     expect(script).toContain('export BASE_URL="http://localhost:${GATEWAY_HTTP_PORT}"');
     expect(script).toContain('export E2E_VIA_INGRESS=1');
-    for (const name of ['E2E_DATABASE_URL', 'E2E_REDIS_URL', 'E2E_REDIS_KEY_PREFIX', 'E2E_SIMULATOR_URL', 'E2E_PARTNER_KEYS_SECRET', 'E2E_KUBE_NAMESPACE']) {
+    for (const name of [
+      'E2E_DATABASE_URL',
+      'E2E_REDIS_URL',
+      'E2E_REDIS_KEY_PREFIX',
+      'E2E_SIMULATOR_URL',
+      'E2E_PARTNER_KEYS_SECRET',
+      'E2E_KUBE_NAMESPACE',
+    ]) {
       expect(script, name).toMatch(new RegExp(`^export ${name}=`, 'm'));
     }
     expect(script).toMatch(/^npm run test:e2e/m);
