@@ -1,7 +1,7 @@
 // The benchmark's one table (figure, value, floor, ratio, target, result) and its JSON twin with
 // the machine beside the figures.
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { cpus, release, totalmem } from 'node:os';
+import { cpus, loadavg, release, totalmem } from 'node:os';
 import { join } from 'node:path';
 
 export interface Target {
@@ -67,6 +67,8 @@ export interface Machine {
   kernel: string;
   memoryMiB: number;
   pinned: boolean;
+  /** The 1-minute load average when the run began: other work on the machine makes figures noise. */
+  loadAverageAtStart: number;
   postgres: string;
   redis: string;
 }
@@ -80,6 +82,7 @@ export function describeMachine(pinned: boolean, postgres: string, redis: string
     kernel: release(),
     memoryMiB: Math.round(totalmem() / 2 ** 20),
     pinned,
+    loadAverageAtStart: Math.round(loadavg()[0]! * 100) / 100,
     postgres,
     redis,
   };

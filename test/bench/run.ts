@@ -164,7 +164,7 @@ async function stop(child: Child): Promise<void> {
   if (code !== 0) failures.push(`${child.name} exited with ${code} on SIGTERM:\n${tail(child.logFile, 10)}`);
 }
 
-console.log(`${quick ? 'quick' : 'full'} run on ${machine.cpuCount}× ${machine.cpuModel}, Node ${machine.node}, ${pinning ? 'pinned (servers core 0, load core 1)' : 'NOT pinned (taskset or a second core missing)'}`);
+console.log(`${quick ? 'quick' : 'full'} run on ${machine.cpuCount}× ${machine.cpuModel}, Node ${machine.node}, ${pinning ? 'pinned (servers core 0, load core 1)' : 'NOT pinned (taskset or a second core missing)'}, load average ${machine.loadAverageAtStart}`);
 const keysFile = join(workDir, 'partner-keys.json');
 const badKeys = Array.from({ length: 8 }, () => `pk_wrong_${randomBytes(24).toString('base64url')}`);
 const { main, limited, disablers, enableAgents, limitedAgents } = await setUp().catch(async (error: unknown) => {
