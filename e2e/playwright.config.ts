@@ -2,7 +2,9 @@ import { defineConfig } from '@playwright/test';
 import { prepareLocalRun } from './support/local-run.js';
 
 /**
- * The Playwright API suite (docs/qa.md). No browser: the specs use the `request` fixture only.
+ * The Playwright suite (docs/qa.md): the API specs (`specs/`, the `request` fixture only, no
+ * browser) and the browser specs (`browser/`: the partner reference page in Debian's chromium,
+ * which `.ci/run` installs; Playwright's own browser download is never used).
  *
  * - BASE_URL set: the suite runs against that service (the kind cluster's ingress:
  *   k8s-dev/run-e2e.sh), seeding through the E2E_* variables.
@@ -41,6 +43,19 @@ export default defineConfig({
       testMatch: /\.serial\.spec\.ts$/,
       dependencies: ['api'],
       fullyParallel: false,
+    },
+    {
+      name: 'browser',
+      testDir: './browser',
+      use: {
+        browserName: 'chromium',
+        launchOptions: {
+          executablePath: process.env.E2E_CHROMIUM_PATH?.trim() || '/usr/bin/chromium',
+          // No sandbox (CI runs as root, in a container); nothing the browser does on its own
+          // (updates, field trials, safe browsing) may reach the network during a test.
+          args: ['--no-sandbox', '--disable-background-networking', '--disable-component-update'],
+        },
+      },
     },
   ],
   webServer: local && {

@@ -13,11 +13,17 @@ const scalarConfiguration = {
   // The very document the service serves; the page fetches it from the same origin.
   url: openApiPath,
   pageTitle: 'Partner Agent Status API reference',
+  // An empty icon: otherwise the browser asks for /favicon.ico, which is not ours to serve (a 404).
+  favicon: 'data:,',
   // Fonts would come from fonts.scalar.com; the in-page API client would go through proxy.scalar.com.
   withDefaultFonts: false,
   telemetry: false,
   hideClientButton: true,
   hideTestRequestButton: true,
+  // Scalar's own services (AI agent, MCP, SDK generation, the developer toolbar) are not ours to offer.
+  agent: { disabled: true },
+  mcp: { disabled: true },
+  showDeveloperTools: 'never' as const,
 };
 
 interface Asset {
