@@ -12,6 +12,8 @@ export interface SimulatorRequest {
   campaignIds: string[];
   idempotencyKey: string;
   traceparent: string | undefined;
+  /** The W3C baggage header, when a caller forwards one (the service must not). */
+  baggage: string | undefined;
   at: string;
 }
 
@@ -62,11 +64,12 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     if (typeof idempotencyKey !== 'string' || idempotencyKey === '') {
       return reply.code(400).send({ error: 'idempotency-key header is required' });
     }
-    const traceparent = request.headers.traceparent;
+    const { traceparent, baggage } = request.headers;
     requests.push({
       campaignIds: request.body.campaignIds,
       idempotencyKey,
       traceparent: typeof traceparent === 'string' ? traceparent : undefined,
+      baggage: typeof baggage === 'string' ? baggage : undefined,
       at: new Date().toISOString(),
     });
     if (requests.length > keep) requests = requests.slice(-keep);

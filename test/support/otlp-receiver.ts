@@ -13,15 +13,21 @@ export interface ReceivedSpan {
 
 type AnyValue = { stringValue?: string; intValue?: string | number; boolValue?: boolean; doubleValue?: number };
 
-/** A minimal OTLP/HTTP trace receiver (JSON encoding), so a test sees exactly what the SDK exports. */
+/**
+ * A minimal OTLP/HTTP trace receiver (JSON encoding), so a test sees exactly what the SDK exports:
+ * the spans as parsed here, and every request body as received (events, status and resource too).
+ */
 export async function startOtlpReceiver() {
   const spans: ReceivedSpan[] = [];
+  const bodies: string[] = [];
   const server = createServer((request, response) => {
     const chunks: Buffer[] = [];
     request.on('data', (chunk) => chunks.push(chunk));
     request.on('end', () => {
       if (request.url === '/v1/traces') {
-        const body = JSON.parse(Buffer.concat(chunks).toString() || '{}');
+        const text = Buffer.concat(chunks).toString();
+        bodies.push(text);
+        const body = JSON.parse(text || '{}');
         for (const resourceSpans of body.resourceSpans ?? []) {
           for (const scopeSpans of resourceSpans.scopeSpans ?? []) {
             for (const span of scopeSpans.spans ?? []) {
@@ -52,6 +58,7 @@ export async function startOtlpReceiver() {
   return {
     endpoint: `http://127.0.0.1:${port}`,
     spans,
+    bodies,
     async waitFor(predicate: (spans: ReceivedSpan[]) => boolean, timeoutMs = 15_000): Promise<void> {
       const deadline = Date.now() + timeoutMs;
       while (!predicate(spans)) {

@@ -1,11 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { once } from 'node:events';
 import { createServer as createHttpServer } from 'node:http';
-import { connect } from 'node:net';
 import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clientErrorHandler } from '../../src/client-error.js';
 import { createLogger } from '../../src/observability/logger.js';
+import { rawExchange, parseRawResponse } from '../support/raw-http.js';
 import { logCapture } from '../support/service.js';
 
 // A key as a partner would send it; made at run time, never written anywhere.
@@ -27,29 +26,11 @@ beforeAll(async () => {
 });
 afterAll(() => app.close());
 
-/** Writes raw bytes and reads until the server closes the connection. */
-async function exchange(bytes: string, opts: { keepOpen?: boolean } = {}): Promise<string> {
-  const socket = connect(port, '127.0.0.1');
-  await once(socket, 'connect');
-  const chunks: Buffer[] = [];
-  socket.on('data', (chunk: Buffer) => chunks.push(chunk));
-  socket.write(bytes);
-  if (!opts.keepOpen) socket.end();
-  await once(socket, 'close');
-  return Buffer.concat(chunks).toString('latin1');
-}
-
-function parse(raw: string) {
-  const [head = '', body = ''] = raw.split('\r\n\r\n');
-  const [statusLine, ...headerLines] = head.split('\r\n');
-  const headers = Object.fromEntries(
-    headerLines.map((line) => {
-      const at = line.indexOf(':');
-      return [line.slice(0, at).toLowerCase(), line.slice(at + 1).trim()];
-    }),
-  );
-  return { statusLine, headers, body, json: JSON.parse(body) as Record<string, unknown> };
-}
+const exchange = (bytes: string, opts?: { keepOpen?: boolean }) => rawExchange(port, bytes, opts);
+const parse = (raw: string) => {
+  const answer = parseRawResponse(raw);
+  return { ...answer, json: JSON.parse(answer.body) as Record<string, unknown> };
+};
 
 function expectProblemAnswer(raw: string, status: number, kind: string) {
   const answer = parse(raw);

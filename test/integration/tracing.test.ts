@@ -1,0 +1,186 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createSpendSimulator } from '../../src/spend-simulator/simulator.js';
+import { newApiKey, testDatabase } from '../support/data.js';
+import { startOtlpReceiver } from '../support/otlp-receiver.js';
+import { startServiceProcess } from '../support/process.js';
+import { parseRawResponse, rawExchange } from '../support/raw-http.js';
+import { keysDocument } from '../support/service.js';
+
+// The built service as `npm start` starts it (telemetry preloaded), exporting over OTLP/HTTP JSON to
+// a receiver in this test, so the assertions see exactly what would leave the process.
+const db = testDatabase();
+const simulator = createSpendSimulator();
+const key = newApiKey();
+let networkId: string;
+let keysDir: string;
+
+beforeAll(async () => {
+  await simulator.listen({ port: 0, host: '127.0.0.1' });
+  networkId = await db.network();
+  keysDir = mkdtempSync(join(tmpdir(), 'pas-tracing-keys-'));
+  writeFileSync(join(keysDir, 'partner-keys.json'), keysDocument([{ key, networkId, name: 'traced-partner' }]));
+});
+
+afterAll(async () => {
+  await simulator.close();
+  await db.close();
+  rmSync(keysDir, { recursive: true, force: true });
+});
+
+async function startTracedService(logLevel: string) {
+  const receiver = await startOtlpReceiver();
+  const service = await startServiceProcess({
+    DATABASE_URL: inject('databaseUrl'),
+    REDIS_URL: inject('redisUrl'),
+    REDIS_KEY_PREFIX: inject('redisKeyPrefix'),
+    SPEND_MANAGEMENT_URL: `http://127.0.0.1:${(simulator.server.address() as { port: number }).port}`,
+    PARTNER_KEYS_FILE: join(keysDir, 'partner-keys.json'),
+    LOG_LEVEL: logLevel,
+    DRAIN_DELAY_MS: '0',
+    OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+    OTEL_BSP_SCHEDULE_DELAY: '50',
+  });
+  return { receiver, service, port: Number(new URL(service.baseUrl).port) };
+}
+
+const serverSpanOf = (spans: Awaited<ReturnType<typeof startOtlpReceiver>>['spans'], route: string) =>
+  spans.find((span) => span.kind === 2 && span.attributes['http.route'] === route);
+
+// A trace context a partner might send: the service must start its own trace instead.
+const partnerTraceId = '4bf92f3577b34da6a3ce929d0e0e4736';
+const partnerTraceparent = `00-${partnerTraceId}-00f067aa0ba902b7-01`;
+
+describe('traces: one disable is one trace, with PostgreSQL, Redis and spend-management spans', () => {
+  it('exports the server span, the request span, the use case, pg, ioredis and the spend call in one trace, and propagates it to spend management', async () => {
+    const { receiver, service } = await startTracedService('info');
+    try {
+      const agentId = await db.agent(networkId);
+      await db.campaigns(agentId, 3);
+      const before = simulator.simulator.requests().length;
+      const response = await fetch(`${service.baseUrl}/partner/agents/status`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-api-key': key, traceparent: partnerTraceparent },
+        body: JSON.stringify({ agentId, enabled: false }),
+      });
+      expect(response.status).toBe(200);
+
+      await receiver.waitFor((spans) => {
+        const root = serverSpanOf(spans, '/partner/agents/status');
+        const inTrace = spans.filter((span) => span.traceId === root?.traceId);
+        return ['ioredis', 'pg', 'fastify'].every((scope) => inTrace.some((span) => span.scope.includes(scope)));
+      });
+      const root = serverSpanOf(receiver.spans, '/partner/agents/status')!;
+      const trace = receiver.spans.filter((span) => span.traceId === root.traceId);
+      expect(new Set(trace.map((span) => span.scope))).toEqual(
+        new Set(['@opentelemetry/instrumentation-http', '@opentelemetry/instrumentation-pg', '@opentelemetry/instrumentation-ioredis', '@fastify/otel', 'partner-agent-status']),
+      );
+      // The partner's trace context was not adopted: a trace of our own, with no parent.
+      expect(root.traceId).not.toBe(partnerTraceId);
+      expect(root.parentSpanId).toBeUndefined();
+
+      // One @fastify/otel span per request (no span per hook or for the handler), its path without query.
+      const fastifySpans = trace.filter((span) => span.scope === '@fastify/otel');
+      expect(fastifySpans.map((span) => span.name)).toEqual(['request']);
+      expect(fastifySpans[0]!.attributes['url.path']).toBe('/partner/agents/status');
+
+      const useCase = trace.find((span) => span.name === 'agent.set_status')!;
+      expect(useCase.attributes).toMatchObject({ 'agent.id': agentId, 'network.id': networkId, 'agent.enabled': false, 'campaigns.paused_count': 3 });
+      expect(trace.some((span) => span.attributes['partner.name'] === 'traced-partner')).toBe(true);
+      const spendCall = trace.find((span) => span.kind === 3 && String(span.attributes['url.full'] ?? '').includes('/v1/spending-periods/pause'));
+      expect(spendCall).toBeDefined();
+
+      const call = simulator.simulator.requests().slice(before)[0]!;
+      expect(call.traceparent).toMatch(new RegExp(`^00-${root.traceId}-[0-9a-f]{16}-01$`));
+
+      // The request's log line carries the same trace id.
+      const line = service.output.map((text) => JSON.parse(text)).find((record) => record.msg === 'request completed' && record.agentId === agentId);
+      expect(line.traceId).toBe(root.traceId);
+    } finally {
+      expect(await service.stop()).toBe(0);
+      await receiver.close();
+    }
+  });
+});
+
+describe('redaction: a key sent anywhere reaches no log line, no exported span and no dependency', () => {
+  it('at LOG_LEVEL=trace with tracing on: key in x-api-key, query strings, a malformed request, x-request-id and baggage', async () => {
+    const { receiver, service, port } = await startTracedService('trace');
+    const agentId = await db.agent(networkId);
+    await db.campaigns(agentId, 2);
+    const before = simulator.simulator.requests().length;
+    let stopped = false;
+    try {
+      // The key where it belongs, and pasted into every other place a partner could put it.
+      const disable = await fetch(`${service.baseUrl}/partner/agents/status?api_key=${key}`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-api-key': key,
+          'x-request-id': key,
+          baggage: `partner.key=${key},api_key=${key}`,
+          traceparent: partnerTraceparent,
+        },
+        body: JSON.stringify({ agentId, enabled: false }),
+      });
+      expect(disable.status).toBe(200);
+      expect(disable.headers.get('x-request-id')).not.toBe(key);
+
+      const read = await fetch(`${service.baseUrl}/partner/agents/${agentId}/status?x-api-key=${key}`, { headers: { 'x-api-key': key } });
+      expect(read.status).toBe(200);
+      const keyInQueryOnly = await fetch(`${service.baseUrl}/partner/agents/${agentId}/status?api_key=${key}`);
+      expect(keyInQueryOnly.status).toBe(401);
+      const unknownRoute = await fetch(`${service.baseUrl}/partner/nothing-here?api_key=${key}`, { headers: { 'x-api-key': key } });
+      expect(unknownRoute.status).toBe(404);
+      expect(await unknownRoute.text()).not.toContain(key);
+
+      // A request Node cannot parse: its raw bytes (the key among them) are the only record of it.
+      const malformed = parseRawResponse(
+        await rawExchange(port, `POST /partner/agents/status?api_key=${key} HTTP/1.1\r\nhost: x\r\nx-api-key: ${key}\r\nx-request-id: ${key}\r\nnot a header\r\n\r\n`),
+      );
+      expect(malformed.status).toBe(400);
+      expect(malformed.headers['content-type']).toBe('application/problem+json');
+      const requestId = malformed.headers['x-request-id'];
+      expect(requestId).toMatch(/^[0-9a-f-]{36}$/);
+      expect(JSON.parse(malformed.body)).toMatchObject({ type: 'urn:partner-agent-status:problem:validation', status: 400, requestId });
+      expect(parseRawResponse(await rawExchange(port, `GET /partner/docs HTTP/1.1\r\nx-api-key: ${key}\r\nx-pad: ${'k'.repeat(20_000)}\r\n\r\n`)).status).toBe(431);
+
+      // Everything exported: the query-string requests' spans are among them.
+      await receiver.waitFor((spans) => {
+        const queried = spans.filter((span) => span.kind === 2 && span.attributes['url.query'] !== undefined);
+        return queried.length >= 4 && spans.some((span) => span.kind === 3 && String(span.attributes['url.full'] ?? '').includes('/v1/spending-periods/pause'));
+      });
+      expect(await service.stop()).toBe(0);
+      stopped = true;
+
+      const serverSpans = receiver.spans.filter((span) => span.kind === 2);
+      expect(new Set(serverSpans.map((span) => span.attributes['url.query']).filter((query) => query !== undefined))).toEqual(new Set(['REDACTED']));
+      expect(serverSpans.every((span) => !String(span.attributes['url.path']).includes('?'))).toBe(true);
+      expect(receiver.spans.filter((span) => span.scope === '@fastify/otel').every((span) => !String(span.attributes['url.path']).includes('?'))).toBe(true);
+      expect(receiver.spans.every((span) => span.traceId !== partnerTraceId)).toBe(true);
+      expect(receiver.bodies.length).toBeGreaterThan(0);
+      for (const body of receiver.bodies) expect(body).not.toContain(key);
+
+      const logs = service.output.join('\n');
+      expect(service.output.some((line) => line.includes('"level":"debug"') || line.includes('"level":"trace"'))).toBe(true);
+      expect(service.output.some((line) => line.includes('malformed request rejected') && line.includes(requestId!))).toBe(true);
+      expect(logs).not.toContain(key);
+
+      // Spend management saw our traceparent and nothing of the partner's baggage.
+      const calls = simulator.simulator.requests().slice(before);
+      expect(calls.length).toBeGreaterThan(0);
+      for (const call of calls) {
+        expect(call.baggage).toBeUndefined();
+        expect(call.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+        expect(call.traceparent).not.toContain(partnerTraceId);
+        expect(JSON.stringify(call)).not.toContain(key);
+      }
+    } finally {
+      if (!stopped) await service.stop();
+      await receiver.close();
+    }
+  });
+});
