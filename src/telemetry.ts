@@ -1,8 +1,8 @@
 // OpenTelemetry preload: `node --import ./dist/telemetry.js dist/main.js`. It runs before the app's
 // module graph loads, because pg, ioredis and the AWS SDK are patched as they are loaded.
 //
-// Tracing off (OTEL_SDK_DISABLED=true) costs nothing: every tracing import below sits inside the
-// enabled branch, import-in-the-middle's loader hook included. Tracing on loads only the four
+// Tracing off (OTEL_SDK_DISABLED=true) loads nothing but @opentelemetry/api, which the app loads
+// anyway: every other import sits inside startTracing, import-in-the-middle's loader hook included. Tracing on loads only the four
 // instrumentations the service uses (http for the server, got and the AWS SDK's HTTP handler; pg;
 // ioredis; aws-sdk) plus @fastify/otel, never the auto-instrumentations bundle (about 40 packages).
 // test/integration/tracing.test.ts fails if the spans of pg, ioredis or the spend call go missing.
@@ -133,8 +133,10 @@ async function startTracing(): Promise<void> {
   // SDK default is parentbased_always_on). The Helm chart sets parentbased_traceidratio with a
   // ratio: since no parent is ever extracted (egressOnlyTraceContext), that is a ratio of requests.
 
+  // Spans leave over OTLP only (OTEL_TRACES_EXPORTER is read just for `none`, which turns tracing
+  // off like OTEL_SDK_DISABLED). Only the exporter of the protocol in use is loaded; each reads
+  // OTEL_EXPORTER_OTLP_* (endpoint, headers, time-out) itself.
   const protocol = (process.env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? process.env.OTEL_EXPORTER_OTLP_PROTOCOL ?? '').trim() || 'http/protobuf';
-  // Only the exporter in use is loaded (each reads OTEL_EXPORTER_OTLP_* itself).
   const loadExporter = async (): Promise<SpanExporter> => {
     if (protocol === 'grpc') return new (await import('@opentelemetry/exporter-trace-otlp-grpc')).OTLPTraceExporter();
     if (protocol === 'http/json') return new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter();
@@ -198,4 +200,5 @@ async function startTracing(): Promise<void> {
   registerTelemetry({ shutdown: () => sdk.shutdown() });
 }
 
-if (process.env.OTEL_SDK_DISABLED?.trim().toLowerCase() !== 'true') await startTracing();
+const tracingOff = process.env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true' || process.env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === 'none';
+if (!tracingOff) await startTracing();
