@@ -21,7 +21,7 @@ export interface LoadPlan {
 }
 
 /** What autocannon saw, as a figure; any unexpected status, error or time-out is returned as a problem. */
-function summarise(name: string, result: autocannon.Result, expectStatus: number): { figure: LoadFigure; problems: string[] } {
+function summarise(name: string, result: autocannon.Result, expectStatus: number, measuredSeconds?: number): { figure: LoadFigure; problems: string[] } {
   const statusCounts = Object.fromEntries(
     Object.entries(result.statusCodeStats as Record<string, { count: number }>).map(([status, { count }]) => [status, count]),
   );
@@ -32,14 +32,14 @@ function summarise(name: string, result: autocannon.Result, expectStatus: number
   }
   if (result.errors > 0 || result.timeouts > 0) problems.push(`${name}: ${result.errors} errors (${result.timeouts} time-outs)`);
   if (result.requests.total === 0) problems.push(`${name}: no request completed`);
-  const seconds = result.duration;
+  const seconds = measuredSeconds ?? result.duration;
   return {
     figure: {
       requestsPerSecond: Math.round(result.requests.total / seconds),
       p50Ms: result.latency.p50,
       p99Ms: result.latency.p99,
       requests: result.requests.total,
-      seconds,
+      seconds: Math.round(seconds * 100) / 100,
       statusCounts,
       errors: result.errors,
       timeouts: result.timeouts,
@@ -65,8 +65,15 @@ export async function measure(
     problems.push(...warmup.problems);
     answeredAsExpected += warmup.figure.statusCounts[expectStatus] ?? 0;
   }
-  const run = await autocannon({ connections: plan.connections, ...(options.amount === undefined ? { duration: plan.seconds } : {}), ...options });
-  const summary = summarise(name, run, expectStatus);
+  // autocannon notices the end of a fixed amount only at its next one-second tick, so the time of
+  // such a run is taken here, from the start to the last answer.
+  const started = performance.now();
+  let lastAnswer = started;
+  const instance = autocannon({ connections: plan.connections, ...(options.amount === undefined ? { duration: plan.seconds } : {}), ...options }) as unknown as autocannon.Instance &
+    PromiseLike<autocannon.Result>;
+  if (options.amount !== undefined) instance.on('response', () => (lastAnswer = performance.now()));
+  const run = await instance;
+  const summary = summarise(name, run, expectStatus, options.amount === undefined ? undefined : (lastAnswer - started) / 1000);
   problems.push(...summary.problems);
   const { figure } = summary;
   answeredAsExpected += figure.statusCounts[expectStatus] ?? 0;

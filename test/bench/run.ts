@@ -187,7 +187,7 @@ async function setUp() {
 // ---------------------------------------------------------------------------------------------
 // Floors, each in its own process
 
-async function floor(name: string, figure: string, options: { post?: boolean; plan?: LoadPlan } = {}): Promise<void> {
+async function floor(name: 'bare' | 'pg' | 'slonik' | 'update' | 'enable', figure: string): Promise<void> {
   await phase(figure, async () => {
     const port = await freePort();
     const child = await startPinned({
@@ -210,7 +210,8 @@ async function floor(name: string, figure: string, options: { post?: boolean; pl
     const url = `http://127.0.0.1:${port}/floor`;
     if (name === 'enable') await measureEnable(figure, url);
     else {
-      const result = await measure(figure, options.post ? statusPosts(url, [main.key], enableAgents, true) : { url }, options.plan ?? loadPlan);
+      const posts = name === 'update';
+      const result = await measure(figure, posts ? statusPosts(url, [main.key], enableAgents, true) : { url }, posts ? enablePlan : loadPlan);
       failures.push(...result.problems);
       loads[figure] = result.figure;
     }
@@ -250,15 +251,8 @@ async function checkRateLimitIsOn(statusUrl: string): Promise<void> {
   }
 }
 
-console.log(`floors (${plan.connections} connections, ${plan.warmupSeconds} s warm-up, ${plan.seconds} s; enable ${plan.enableSeconds} s):`);
-await floor('bare', 'floor: bare Fastify route');
-await floor('pg', 'floor: SELECT 1 via node-postgres');
-await floor('slonik', 'floor: SELECT 1 via slonik (service pool)');
-await floor('update', 'floor: enable UPDATE alone via node-postgres', { post: true, plan: enablePlan });
-await floor('enable', 'floor: enable (rate-limit EVALSHA + durable write) via node-postgres', { post: true, plan: enablePlan });
-
 // ---------------------------------------------------------------------------------------------
-// The service, tracing off: enable, 401, disable latency, disables under load, memory
+// Disables: latency by campaign count with round trips, and throughput under concurrent load
 
 /**
  * Round trips to each store, from the service's dependency histogram (calls answered, not rejected
@@ -383,44 +377,9 @@ async function disablesUnderLoad(service: { statusUrl: string; name: string }): 
   loads['disables under load'] = figure;
 }
 
-console.log('service, tracing off:');
-await phase('service (tracing off)', async () => {
-  const service = await startService('service', {});
-  processes['tracing off'] = { startToReadyMs: service.startToReadyMs, rssAtReadyMiB: service.rssAtReadyMiB };
-  console.log(`  start to ready ${service.startToReadyMs} ms, RSS at ready ${service.rssAtReadyMiB} MiB`);
-  await phase('enable', async () => {
-    await checkRateLimitIsOn(service.statusUrl);
-    await measureEnable('enable', service.statusUrl);
-  });
-  await phase('401 path', async () => {
-    const result = await measure('401 path (unknown keys)', statusPosts(service.statusUrl, badKeys, enableAgents, true), loadPlan, 401);
-    failures.push(...result.problems);
-    loads['401 path'] = result.figure;
-  });
-  await phase('disable latency', async () => {
-    console.log(`  disable latency by campaign count (median of ${plan.runs}, a warm-up disable first):`);
-    for (const campaigns of plan.campaignCounts) {
-      await disableOnce(service, campaigns);
-      const runs: DisableRun[] = [];
-      for (let run = 0; run < plan.runs; run++) runs.push(await disableOnce(service, campaigns));
-      const median = runs.sort((a, b) => a.ms - b.ms)[Math.floor(runs.length / 2)]!;
-      disables.push(median);
-      console.log(`    ${campaigns}: ${median.ms} ms; round trips: PostgreSQL ${median.postgres}, Redis ${median.redis}, spend management ${median.spendManagement}`);
-    }
-  });
-  await phase('disables under load', () => disablesUnderLoad(service));
-  const memory = memoryOf(service.child.pid!);
-  processes['tracing off'] = { ...processes['tracing off']!, rssAfterLoadMiB: memory.rssMiB, peakRssMiB: memory.peakMiB };
-  console.log(`  RSS after the load ${memory.rssMiB} MiB (peak ${memory.peakMiB} MiB)`);
-  await stop(service);
-});
+type Service = Awaited<ReturnType<typeof startService>>;
 
-// ---------------------------------------------------------------------------------------------
-// The service, tracing on (always-on sampling, OTLP/HTTP to the local sink)
-
-console.log('service, tracing on (always_on, OTLP/HTTP protobuf to a local sink):');
-let exported = { exports: 0, bytes: 0 };
-await phase('service (tracing on)', async () => {
+async function tracedEnable(): Promise<void> {
   const service = await startService('traced', {
     OTEL_SDK_DISABLED: 'false',
     OTEL_TRACES_SAMPLER: 'always_on',
@@ -428,25 +387,22 @@ await phase('service (tracing on)', async () => {
     OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
   });
   processes['tracing on'] = { startToReadyMs: service.startToReadyMs, rssAtReadyMiB: service.rssAtReadyMiB };
-  console.log(`  start to ready ${service.startToReadyMs} ms, RSS at ready ${service.rssAtReadyMiB} MiB`);
+  console.log(`  tracing on: start to ready ${service.startToReadyMs} ms, RSS at ready ${service.rssAtReadyMiB} MiB`);
   await phase('enable, tracing on', async () => {
     await checkRateLimitIsOn(service.statusUrl);
     await measureEnable('enable, tracing on', service.statusUrl);
   });
   const memory = memoryOf(service.child.pid!);
   processes['tracing on'] = { ...processes['tracing on']!, rssAfterLoadMiB: memory.rssMiB, peakRssMiB: memory.peakMiB };
-  console.log(`  RSS after the load ${memory.rssMiB} MiB (peak ${memory.peakMiB} MiB)`);
+  console.log(`  tracing on: RSS after the load ${memory.rssMiB} MiB (peak ${memory.peakMiB} MiB)`);
   await stop(service); // flushes the last spans
   exported = { ...sink.received };
   console.log(`  spans exported: ${exported.exports} OTLP requests, ${exported.bytes} bytes`);
   if (exported.exports === 0) failures.push('tracing on: no span reached the OTLP sink');
-});
+}
 
-// ---------------------------------------------------------------------------------------------
-// The 429 path: a network over its limit, in a service process whose limit is 1 a window
-
-console.log('service, rate limit of 1 a window (429 path):');
-await phase('429 path', async () => {
+/** The 429 path: a network over its limit, in a service process whose limit is 1 a window. */
+async function overTheLimit(): Promise<void> {
   const service = await startService('limited', { RATE_LIMIT_MAX: '1', RATE_LIMIT_WINDOW_MS: '600000' });
   const post = () =>
     fetch(service.statusUrl, {
@@ -465,7 +421,62 @@ await phase('429 path', async () => {
   failures.push(...result.problems);
   loads['429 path'] = result.figure;
   await stop(service);
+}
+
+async function disableLatency(service: Service): Promise<void> {
+  console.log(`  disable latency by campaign count (median of ${plan.runs}, a warm-up disable first):`);
+  for (const campaigns of plan.campaignCounts) {
+    await disableOnce(service, campaigns);
+    const runs: DisableRun[] = [];
+    for (let run = 0; run < plan.runs; run++) runs.push(await disableOnce(service, campaigns));
+    const median = runs.sort((a, b) => a.ms - b.ms)[Math.floor(runs.length / 2)]!;
+    disables.push(median);
+    console.log(`    ${campaigns}: ${median.ms} ms; round trips: PostgreSQL ${median.postgres}, Redis ${median.redis}, spend management ${median.spendManagement}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run. Each ratio's two figures are taken one right after the other, so that a change in the
+// machine's other work between them distorts it as little as possible; the service (tracing off)
+// stays up, idle, while the floors and the other service processes run.
+
+let exported = { exports: 0, bytes: 0 };
+console.log(`${plan.connections} connections, ${plan.warmupSeconds} s warm-up, ${plan.seconds} s a load (enable ${plan.enableSeconds} s)`);
+let service: Service | undefined;
+await phase('service (tracing off)', async () => {
+  service = await startService('service', {});
+  processes['tracing off'] = { startToReadyMs: service.startToReadyMs, rssAtReadyMiB: service.rssAtReadyMiB };
+  console.log(`  tracing off: start to ready ${service.startToReadyMs} ms, RSS at ready ${service.rssAtReadyMiB} MiB`);
 });
+await floor('pg', 'floor: SELECT 1 via node-postgres');
+await floor('slonik', 'floor: SELECT 1 via slonik (service pool)');
+await floor('update', 'floor: enable UPDATE alone via node-postgres');
+await floor('enable', 'floor: enable (rate-limit EVALSHA + durable write) via node-postgres');
+const up = service;
+if (up) {
+  await phase('enable', async () => {
+    await checkRateLimitIsOn(up.statusUrl);
+    await measureEnable('enable', up.statusUrl);
+  });
+}
+await phase('service (tracing on)', tracedEnable);
+await floor('bare', 'floor: bare Fastify route');
+if (up) {
+  await phase('401 path', async () => {
+    const result = await measure('401 path (unknown keys)', statusPosts(up.statusUrl, badKeys, enableAgents, true), loadPlan, 401);
+    failures.push(...result.problems);
+    loads['401 path'] = result.figure;
+  });
+}
+await phase('429 path', overTheLimit);
+if (up) {
+  await phase('disable latency', () => disableLatency(up));
+  await phase('disables under load', () => disablesUnderLoad(up));
+  const memory = memoryOf(up.child.pid!);
+  processes['tracing off'] = { ...processes['tracing off']!, rssAfterLoadMiB: memory.rssMiB, peakRssMiB: memory.peakMiB };
+  console.log(`  tracing off: RSS after the load ${memory.rssMiB} MiB (peak ${memory.peakMiB} MiB)`);
+  await stop(up);
+}
 
 // ---------------------------------------------------------------------------------------------
 // The table
