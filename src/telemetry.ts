@@ -16,13 +16,13 @@
 //    string that looks like a credential (api_key=…, x-api-key: …, bearer …) in attribute values,
 //    event attributes, the span name and the status message.
 import {
-  isSpanContextValid,
-  trace,
   type Attributes,
   type AttributeValue,
   type Context,
+  isSpanContextValid,
   type TextMapPropagator,
   type TextMapSetter,
+  trace,
 } from '@opentelemetry/api';
 import type { NodeSDKConfiguration } from '@opentelemetry/sdk-node';
 import { registerTelemetry } from './observability/telemetry-handle.js';
@@ -50,7 +50,9 @@ export function scrubAttributes(attributes: Attributes): Attributes {
   for (const key of Object.keys(attributes)) {
     const value = attributes[key];
     const clean = scrubValue(key, value);
-    if (clean !== value) (scrubbed ??= { ...attributes })[key] = clean;
+    if (clean === value) continue;
+    scrubbed ??= { ...attributes };
+    scrubbed[key] = clean;
   }
   return scrubbed ?? attributes;
 }
@@ -136,23 +138,31 @@ async function startTracing(): Promise<void> {
   // Spans leave over OTLP only (OTEL_TRACES_EXPORTER is read just for `none`, which turns tracing
   // off like OTEL_SDK_DISABLED). Only the exporter of the protocol in use is loaded; each reads
   // OTEL_EXPORTER_OTLP_* (endpoint, headers, time-out) itself.
-  const protocol = (process.env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? process.env.OTEL_EXPORTER_OTLP_PROTOCOL ?? '').trim() || 'http/protobuf';
+  const protocol =
+    (process.env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? process.env.OTEL_EXPORTER_OTLP_PROTOCOL ?? '').trim() || 'http/protobuf';
   const loadExporter = async (): Promise<SpanExporter> => {
     if (protocol === 'grpc') return new (await import('@opentelemetry/exporter-trace-otlp-grpc')).OTLPTraceExporter();
     if (protocol === 'http/json') return new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter();
     return new (await import('@opentelemetry/exporter-trace-otlp-proto')).OTLPTraceExporter();
   };
 
-  const [{ NodeSDK }, { HttpInstrumentation }, { PgInstrumentation }, { IORedisInstrumentation }, { AwsInstrumentation }, { FastifyOtelInstrumentation }, exporter] =
-    await Promise.all([
-      import('@opentelemetry/sdk-node'),
-      import('@opentelemetry/instrumentation-http'),
-      import('@opentelemetry/instrumentation-pg'),
-      import('@opentelemetry/instrumentation-ioredis'),
-      import('@opentelemetry/instrumentation-aws-sdk'),
-      import('@fastify/otel'),
-      loadExporter(),
-    ]);
+  const [
+    { NodeSDK },
+    { HttpInstrumentation },
+    { PgInstrumentation },
+    { IORedisInstrumentation },
+    { AwsInstrumentation },
+    { FastifyOtelInstrumentation },
+    exporter,
+  ] = await Promise.all([
+    import('@opentelemetry/sdk-node'),
+    import('@opentelemetry/instrumentation-http'),
+    import('@opentelemetry/instrumentation-pg'),
+    import('@opentelemetry/instrumentation-ioredis'),
+    import('@opentelemetry/instrumentation-aws-sdk'),
+    import('@fastify/otel'),
+    loadExporter(),
+  ]);
 
   const instrumentations = [
     new HttpInstrumentation({
@@ -200,5 +210,6 @@ async function startTracing(): Promise<void> {
   registerTelemetry({ shutdown: () => sdk.shutdown() });
 }
 
-const tracingOff = process.env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true' || process.env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === 'none';
+const tracingOff =
+  process.env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true' || process.env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === 'none';
 if (!tracingOff) await startTracing();

@@ -1,7 +1,7 @@
 // The partner reference page (GET /partner/docs) in a real browser: it renders the service's own
 // OpenAPI document, shows the operations, their statuses and the x-api-key scheme, logs no console
 // error, and nothing it loads comes from anywhere but the host that serves it.
-import { expect, test, type Page } from '@playwright/test';
+import { expect, type Page, test } from '@playwright/test';
 
 const operations = [
   { title: 'Enable or disable an agent of your network', method: 'POST', path: '/partner/agents/status' },
@@ -27,7 +27,10 @@ async function watch(page: Page, servedHost: string) {
 }
 
 test.describe('The partner reference page at /partner/docs', () => {
-  test('shows the operations, their statuses and the x-api-key scheme, from this host only, with no console error', async ({ page, baseURL }) => {
+  test('shows the operations, their statuses and the x-api-key scheme, from this host only, with no console error', async ({
+    page,
+    baseURL,
+  }) => {
     const served = new URL(baseURL!);
     // Locally the service listens on 127.0.0.1; through BASE_URL, the page's own host is the one allowed.
     const { leftTheHost, consoleErrors } = await watch(page, served.host);
@@ -41,7 +44,12 @@ test.describe('The partner reference page at /partner/docs', () => {
     // Both operations, listed by their summaries and linked by method and path.
     for (const { title, method, path } of operations) {
       await expect(page.getByText(title).first()).toBeVisible();
-      await expect(page.getByRole('link', { name: `${method} ${path}`, exact: true }).or(page.getByRole('link', { name: `${method.toLowerCase()} ${path}`, exact: true })).first()).toBeAttached();
+      await expect(
+        page
+          .getByRole('link', { name: `${method} ${path}`, exact: true })
+          .or(page.getByRole('link', { name: `${method.toLowerCase()} ${path}`, exact: true }))
+          .first(),
+      ).toBeAttached();
     }
 
     // The status change: its documented statuses, and a request example sending the key in x-api-key.

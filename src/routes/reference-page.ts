@@ -41,7 +41,10 @@ interface ReferencePage {
 /** `'sha256-…'` sources for every inline script of the page, so the policy needs no 'unsafe-inline' for scripts. */
 function inlineScriptHashes(html: string): string[] {
   return [...html.matchAll(/<script(?![^>]*\bsrc=)[^>]*>([\s\S]*?)<\/script>/g)].map(
-    ([, source]) => `'sha256-${createHash('sha256').update(source ?? '').digest('base64')}'`,
+    ([, source]) =>
+      `'sha256-${createHash('sha256')
+        .update(source ?? '')
+        .digest('base64')}'`,
   );
 }
 
@@ -56,7 +59,8 @@ async function renderReferencePage(): Promise<ReferencePage> {
   try {
     await renderer.register(scalar, { routePrefix: referencePagePath, configuration: scalarConfiguration });
     const [page, script] = await Promise.all([renderer.inject(`${referencePagePath}/`), renderer.inject(scriptPath)]);
-    if (page.statusCode !== 200 || script.statusCode !== 200) throw new Error(`the reference page did not render (${page.statusCode}, ${script.statusCode})`);
+    if (page.statusCode !== 200 || script.statusCode !== 200)
+      throw new Error(`the reference page did not render (${page.statusCode}, ${script.statusCode})`);
     const scriptBody = script.rawPayload;
     const contentSecurityPolicy = [
       "default-src 'none'",
@@ -119,7 +123,8 @@ export async function referencePageRoutes(app: FastifyInstance): Promise<void> {
     reply.header('cache-control', 'public, max-age=3600').header('etag', script.etag).header('vary', 'accept-encoding');
     if (request.headers['if-none-match'] === script.etag) return reply.code(304).send();
     reply.type('application/javascript; charset=utf-8');
-    if (/\bgzip\b/.test(String(request.headers['accept-encoding'] ?? ''))) return reply.header('content-encoding', 'gzip').send(script.gzipped);
+    if (/\bgzip\b/.test(String(request.headers['accept-encoding'] ?? '')))
+      return reply.header('content-encoding', 'gzip').send(script.gzipped);
     return reply.send(script.body);
   });
 }

@@ -11,7 +11,10 @@ let svc: TestService;
 
 beforeAll(async () => {
   // A limit of one request per window: the page must not count against it.
-  svc = await startTestService({ partners: [{ key: newApiKey(), networkId: await db.network(), name: 'docs-reader' }], env: { RATE_LIMIT_MAX: '1' } });
+  svc = await startTestService({
+    partners: [{ key: newApiKey(), networkId: await db.network(), name: 'docs-reader' }],
+    env: { RATE_LIMIT_MAX: '1' },
+  });
 });
 afterAll(async () => {
   await svc?.close();

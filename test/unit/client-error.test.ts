@@ -4,7 +4,7 @@ import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clientErrorHandler } from '../../src/client-error.js';
 import { createLogger } from '../../src/observability/logger.js';
-import { rawExchange, parseRawResponse } from '../support/raw-http.js';
+import { parseRawResponse, rawExchange } from '../support/raw-http.js';
 import { logCapture } from '../support/service.js';
 
 // A key as a partner would send it; made at run time, never written anywhere.
@@ -39,7 +39,11 @@ function expectProblemAnswer(raw: string, status: number, kind: string) {
   expect(answer.headers.connection).toBe('close');
   expect(Number(answer.headers['content-length'])).toBe(Buffer.byteLength(answer.body, 'latin1'));
   expect(answer.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
-  expect(answer.json).toMatchObject({ type: `urn:partner-agent-status:problem:${kind}`, status, requestId: answer.headers['x-request-id'] });
+  expect(answer.json).toMatchObject({
+    type: `urn:partner-agent-status:problem:${kind}`,
+    status,
+    requestId: answer.headers['x-request-id'],
+  });
   expect(typeof answer.json.title).toBe('string');
   expect(typeof answer.json.detail).toBe('string');
   return answer;
@@ -47,7 +51,9 @@ function expectProblemAnswer(raw: string, status: number, kind: string) {
 
 describe('a request Node cannot parse gets problem+json with a fresh request id, and its bytes are never logged', () => {
   it('answers a malformed request line with a 400 validation problem', async () => {
-    const raw = await exchange(`GET /partner/x?api_key=${key} HTTP/1.1 nonsense\r\nhost: x\r\nx-api-key: ${key}\r\nx-request-id: ${key}\r\n\r\n`);
+    const raw = await exchange(
+      `GET /partner/x?api_key=${key} HTTP/1.1 nonsense\r\nhost: x\r\nx-api-key: ${key}\r\nx-request-id: ${key}\r\n\r\n`,
+    );
     const answer = expectProblemAnswer(raw, 400, 'validation');
     // The sent x-request-id (here a key) is never read from bytes Node rejected.
     expect(answer.headers['x-request-id']).not.toBe(key);
@@ -75,7 +81,9 @@ describe('a request Node cannot parse gets problem+json with a fresh request id,
     for (const line of lines) {
       expect(Object.keys(line).sort()).toEqual(['code', 'level', 'msg', 'requestId', 'service', 'statusCode', 'time']);
     }
-    expect(new Set(lines.map((line) => line.code))).toEqual(new Set(['HPE_INVALID_VERSION', 'HPE_INVALID_HEADER_TOKEN', 'HPE_HEADER_OVERFLOW', 'ERR_HTTP_REQUEST_TIMEOUT']));
+    expect(new Set(lines.map((line) => line.code))).toEqual(
+      new Set(['HPE_INVALID_VERSION', 'HPE_INVALID_HEADER_TOKEN', 'HPE_HEADER_OVERFLOW', 'ERR_HTTP_REQUEST_TIMEOUT']),
+    );
     expect(logs.lines.join('\n')).not.toContain(key);
   });
 

@@ -39,7 +39,9 @@ describe('logger: nothing key-like reaches a line, at any level', () => {
   });
 
   it('removes credential headers wherever a header object is logged', () => {
-    const { text } = logOnce((logger) => logger.warn({ headers: { 'x-api-key': key, authorization: `Bearer ${key}`, cookie: key, accept: '*/*' } }, 'headers'));
+    const { text } = logOnce((logger) =>
+      logger.warn({ headers: { 'x-api-key': key, authorization: `Bearer ${key}`, cookie: key, accept: '*/*' } }, 'headers'),
+    );
     expect(text).toContain('"accept":"*/*"');
     expect(text).not.toContain(key);
   });

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ROOT_CONTEXT, trace, TraceFlags, type SpanContext } from '@opentelemetry/api';
+import { ROOT_CONTEXT, type SpanContext, TraceFlags, trace } from '@opentelemetry/api';
 import type { NodeSDKConfiguration } from '@opentelemetry/sdk-node';
 import { describe, expect, it } from 'vitest';
 // The preload does nothing when imported here: vitest sets OTEL_SDK_DISABLED=true.
@@ -9,7 +9,11 @@ type SpanExporter = NodeSDKConfiguration['traceExporter'];
 type ReadableSpan = Parameters<SpanExporter['export']>[0][number];
 
 const key = `pk_test_${randomBytes(24).toString('base64url')}`;
-const spanContext: SpanContext = { traceId: '0af7651916cd43dd8448eb211c80319c', spanId: 'b7ad6b7169203331', traceFlags: TraceFlags.SAMPLED };
+const spanContext: SpanContext = {
+  traceId: '0af7651916cd43dd8448eb211c80319c',
+  spanId: 'b7ad6b7169203331',
+  traceFlags: TraceFlags.SAMPLED,
+};
 
 /** A span as the SDK hands it to an exporter (spanContext() is a method of its class). */
 class FakeSpan {
@@ -53,7 +57,9 @@ describe('span scrubbing: the last line before export', () => {
   });
 
   it('leaves a clean span untouched (same object), so the common case costs no copy', () => {
-    const span = asReadable(new FakeSpan('POST /partner/agents/status', { 'url.path': '/partner/agents/status', 'http.route': '/partner/agents/status' }));
+    const span = asReadable(
+      new FakeSpan('POST /partner/agents/status', { 'url.path': '/partner/agents/status', 'http.route': '/partner/agents/status' }),
+    );
     expect(scrubSpan(span)).toBe(span);
   });
 
@@ -75,9 +81,17 @@ describe('span scrubbing: the last line before export', () => {
 
   it('wraps an exporter so that only scrubbed spans reach it', async () => {
     const exported: ReadableSpan[] = [];
-    const inner: SpanExporter = { export: (spans, done) => { exported.push(...spans); done({ code: 0 }); }, shutdown: async () => undefined };
+    const inner: SpanExporter = {
+      export: (spans, done) => {
+        exported.push(...spans);
+        done({ code: 0 });
+      },
+      shutdown: async () => undefined,
+    };
     const exporter = scrubbingExporter(inner);
-    const result = await new Promise((resolve) => exporter.export([asReadable(new FakeSpan('s', { 'url.query': `api_key=${key}` }))], resolve));
+    const result = await new Promise((resolve) =>
+      exporter.export([asReadable(new FakeSpan('s', { 'url.query': `api_key=${key}` }))], resolve),
+    );
     expect(result).toEqual({ code: 0 });
     expect(exported.map((span) => span.attributes['url.query'])).toEqual([redacted]);
     await expect(exporter.forceFlush!()).resolves.toBeUndefined();
@@ -85,7 +99,11 @@ describe('span scrubbing: the last line before export', () => {
 });
 
 describe('trace context: injected towards dependencies, never taken from a partner', () => {
-  const setter = { set: (carrier: Record<string, string>, name: string, value: string) => { carrier[name] = value; } };
+  const setter = {
+    set: (carrier: Record<string, string>, name: string, value: string) => {
+      carrier[name] = value;
+    },
+  };
 
   it('injects a W3C traceparent for the active span, and nothing else', () => {
     const carrier: Record<string, string> = {};
@@ -108,7 +126,10 @@ describe('trace context: injected towards dependencies, never taken from a partn
       tracestate: 'partner=1',
       baggage: `api_key=${key}`,
     };
-    const context = egressOnlyTraceContext.extract(ROOT_CONTEXT, headers, { get: (c, k) => c[k as keyof typeof c], keys: (c) => Object.keys(c) });
+    const context = egressOnlyTraceContext.extract(ROOT_CONTEXT, headers, {
+      get: (c, k) => c[k as keyof typeof c],
+      keys: (c) => Object.keys(c),
+    });
     expect(context).toBe(ROOT_CONTEXT);
     expect(trace.getSpanContext(context)).toBeUndefined();
     expect(egressOnlyTraceContext.fields()).toEqual(['traceparent']);
