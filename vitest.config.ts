@@ -38,6 +38,7 @@ export default defineConfig({
           include: ['test/**/*.test.ts'],
           exclude: [...unit, ...chart],
           globalSetup: ['test/global-setup.ts'],
+          setupFiles: ['test/support/file-database.ts'],
         },
       },
     ],

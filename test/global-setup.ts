@@ -7,7 +7,8 @@ import { migrate } from '../src/db/migrate.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
-    databaseUrl: string;
+    /** The run's migrated database, used only as the template of each test file's own database. */
+    databaseTemplate: string;
     /** The server's maintenance database, for tests that make a database of their own. */
     databaseAdminUrl: string;
     redisUrl: string;
@@ -20,8 +21,11 @@ const adminUrl = process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127
 const redisUrl = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 /**
- * The integration project's set-up (vitest.config.ts): builds dist/ and makes one database and one
- * Redis key prefix per test run, so concurrent runs never collide. The unit and chart projects need
+ * The integration project's set-up (vitest.config.ts): builds dist/ and makes one migrated database
+ * and one Redis key prefix per test run, so concurrent runs never collide. Each test file then gets
+ * a database of its own, copied from this one (test/support/file-database.ts): every replica runs
+ * a convergence worker that claims any due pending disable in its database, so files sharing one
+ * would finish each other's disables. The unit and chart projects need
  * neither and never run this.
  */
 export default async function setup(project: TestProject) {
@@ -41,7 +45,7 @@ export default async function setup(project: TestProject) {
   await migrate(databaseUrl);
 
   const redisKeyPrefix = `pas-test:${runId}:`;
-  project.provide('databaseUrl', databaseUrl);
+  project.provide('databaseTemplate', database);
   project.provide('databaseAdminUrl', adminUrl);
   project.provide('redisUrl', redisUrl);
   project.provide('redisKeyPrefix', redisKeyPrefix);
@@ -49,7 +53,8 @@ export default async function setup(project: TestProject) {
   return async () => {
     const cleanup = new pg.Client({ connectionString: adminUrl });
     await cleanup.connect();
-    await cleanup.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+    const { rows } = await cleanup.query('SELECT datname FROM pg_database WHERE datname LIKE $1', [`${database}%`]);
+    for (const { datname } of rows) await cleanup.query(`DROP DATABASE IF EXISTS ${datname} WITH (FORCE)`);
     await cleanup.end();
     const redis = new Redis(redisUrl);
     let cursor = '0';

@@ -154,6 +154,8 @@ export class DisableRunner {
     // restriction trigger makes them wait for each other) can sort before the first pass's cursor.
     for (let pass = 0; pass < 2; pass += 1) {
       let cursor: string | null = null;
+      // A batch shorter than batchSize was the last one: no statement needed to find that out.
+      let exhausted = false;
       try {
         for (;;) {
           while (inFlight.size >= batchesInFlight) await Promise.race(inFlight);
@@ -167,6 +169,7 @@ export class DisableRunner {
             stopped = 'deadline';
             break;
           }
+          if (exhausted) break;
           let ids: string[];
           if (next) {
             ids = next;
@@ -180,6 +183,7 @@ export class DisableRunner {
             ids = batch.ids;
           }
           if (ids.length === 0) break;
+          exhausted = ids.length < batchSize;
           cursor = ids.at(-1)!;
           const running: Promise<void> = processBatch(ids)
             .catch((error: unknown) => {

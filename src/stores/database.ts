@@ -93,7 +93,9 @@ export interface ClaimedDisable {
 }
 
 /**
- * Every statement the service runs. Each method is one autocommit statement; the network id from
+ * Every statement the service runs. Each method is one autocommit statement; the hot ones are named
+ * prepared statements (parsed and planned once per connection: the pool never resets its
+ * connections, so they survive); the network id from
  * the partner's key is part of every agent lookup, so an agent of another network is never read
  * or written. Writes to a pending_disables row that a run has claimed are fenced by its claim
  * token: a run whose claim was superseded (an enable deleted the row) or taken over (its lease ran
@@ -152,7 +154,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
   return {
     enable: (networkId, agentId, author) =>
       timed('enable_agent', async () => {
-        const row = await pool.maybeOne(sql.type(oneRow)`
+        const row = await pool.maybeOne(sql.prepared('pas_enable_agent', oneRow)`
           WITH agent AS (
             UPDATE agents SET agent_approved = true
             WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid
@@ -169,7 +171,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
 
     disable: (networkId, agentId, author, lease, batchSize) =>
       timed('disable_agent', async () => {
-        const row = await pool.maybeOne(sql.type(disableRow)`
+        const row = await pool.maybeOne(sql.prepared('pas_disable_agent', disableRow)`
           WITH agent AS (
             UPDATE agents SET agent_approved = false
             WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid
@@ -201,7 +203,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
 
     readStatus: (networkId, agentId) =>
       timed('read_agent_status', async () => {
-        const row = await pool.maybeOne(sql.type(statusRow)`
+        const row = await pool.maybeOne(sql.prepared('pas_read_agent_status', statusRow)`
           SELECT a.agent_id, a.network_id::text AS network_id, a.agent_approved,
                  (SELECT count(*) FROM campaigns c WHERE ${unpausedOf(agentId)})::int AS active_unpaused,
                  EXISTS (SELECT 1 FROM pending_disables p WHERE p.agent_id = a.agent_id) AS in_progress
@@ -221,7 +223,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
     nextBatch: (agentId, lease, after, batchSize) =>
       timed('next_campaign_batch', async () => {
         const afterClause = after === null ? sql.fragment`` : sql.fragment`AND c.campaign_id > ${after}::uuid`;
-        const row = await pool.one(sql.type(batchRow)`
+        const row = await pool.one(sql.prepared(after === null ? 'pas_first_campaign_batch' : 'pas_next_campaign_batch', batchRow)`
           WITH lease AS (
             UPDATE pending_disables SET next_attempt_at = now() + ${seconds(lease.leaseMs)}
             WHERE agent_id = ${agentId} AND claim_token = ${lease.claimToken}::uuid
@@ -245,7 +247,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
 
     markPaused: (agentId, campaignIds) =>
       timed('mark_campaigns_paused', async () => {
-        const row = await pool.one(sql.type(countRow)`
+        const row = await pool.one(sql.prepared('pas_mark_campaigns_paused', countRow)`
           WITH moved AS (
             UPDATE campaigns SET paused = true
             WHERE campaign_id = ANY(${sql.array(campaignIds, 'uuid')}) AND agent_id = ${agentId}
@@ -258,7 +260,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
 
     finish: (agentId, claimToken) =>
       timed('finish_disable', async () => {
-        const row = await pool.maybeOne(sql.type(oneRow)`
+        const row = await pool.maybeOne(sql.prepared('pas_finish_disable', oneRow)`
           DELETE FROM pending_disables p
           WHERE p.agent_id = ${agentId} AND p.claim_token = ${claimToken}::uuid
             AND NOT EXISTS (SELECT 1 FROM campaigns c WHERE ${unpausedOf(agentId)})

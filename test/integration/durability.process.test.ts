@@ -9,6 +9,7 @@ import { createSpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { startServiceProcess } from '../support/process.js';
 import { keysDocument } from '../support/service.js';
+import { databaseUrl } from '../support/database-url.js';
 
 // CONTRACT.md sections 7 and 9 at the level of whole processes: the built service (as `npm start`
 // runs it) killed, drained and run twice over one database, against the real PostgreSQL and Redis
@@ -32,7 +33,7 @@ beforeAll(async () => {
   keysDir = mkdtempSync(join(tmpdir(), 'pas-durability-keys-'));
   writeFileSync(join(keysDir, 'partner-keys.json'), keysDocument([{ key, networkId, name: 'durability-partner' }]));
   baseEnv = {
-    DATABASE_URL: inject('databaseUrl'),
+    DATABASE_URL: databaseUrl(),
     REDIS_URL: inject('redisUrl'),
     REDIS_KEY_PREFIX: inject('redisKeyPrefix'),
     SPEND_MANAGEMENT_URL: `http://127.0.0.1:${(simulator.server.address() as { port: number }).port}`,

@@ -3,6 +3,7 @@ import { inject } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
+import { databaseUrl } from '../support/database-url.js';
 
 const db = testDatabase();
 const key = newApiKey();
@@ -211,7 +212,7 @@ describe('concurrent disables of one agent', () => {
 
 describe('PostgreSQL unreachable', () => {
   it('turns /readyz to 503 and disables to 500, and both recover by themselves', async () => {
-    const database = new URL(inject('databaseUrl'));
+    const database = new URL(databaseUrl());
     const pgProxy = await startTcpProxy({ host: database.hostname, port: Number(database.port || 5432) });
     database.host = `127.0.0.1:${pgProxy.port}`;
     const own = await startTestService({ partners: [{ key, networkId, name: 'faulty' }], env: { DATABASE_URL: database.toString() } });

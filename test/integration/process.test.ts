@@ -7,6 +7,7 @@ import { newApiKey, testDatabase } from '../support/data.js';
 import { startOtlpReceiver } from '../support/otlp-receiver.js';
 import { startServiceProcess } from '../support/process.js';
 import { keysDocument } from '../support/service.js';
+import { databaseUrl } from '../support/database-url.js';
 
 // The built service started as `npm start` starts it: telemetry preloaded, configured by env.
 const db = testDatabase();
@@ -22,7 +23,7 @@ beforeAll(async () => {
   keysDir = mkdtempSync(join(tmpdir(), 'pas-proc-keys-'));
   writeFileSync(join(keysDir, 'partner-keys.json'), keysDocument([{ key, networkId, name: 'traced-partner' }]));
   baseEnv = {
-    DATABASE_URL: inject('databaseUrl'),
+    DATABASE_URL: databaseUrl(),
     REDIS_URL: inject('redisUrl'),
     REDIS_KEY_PREFIX: inject('redisKeyPrefix'),
     SPEND_MANAGEMENT_URL: `http://127.0.0.1:${(simulator.server.address() as { port: number }).port}`,

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createSpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { databaseUrl } from '../support/database-url.js';
 import { startOtlpReceiver } from '../support/otlp-receiver.js';
 import { startServiceProcess } from '../support/process.js';
 import { parseRawResponse, rawExchange } from '../support/raw-http.js';
@@ -33,7 +34,7 @@ afterAll(async () => {
 async function startTracedService(logLevel: string) {
   const receiver = await startOtlpReceiver();
   const service = await startServiceProcess({
-    DATABASE_URL: inject('databaseUrl'),
+    DATABASE_URL: databaseUrl(),
     REDIS_URL: inject('redisUrl'),
     REDIS_KEY_PREFIX: inject('redisKeyPrefix'),
     SPEND_MANAGEMENT_URL: `http://127.0.0.1:${(simulator.server.address() as { port: number }).port}`,
@@ -76,7 +77,13 @@ describe('traces: one disable is one trace, with PostgreSQL, Redis and spend-man
       const root = serverSpanOf(receiver.spans, '/partner/agents/status')!;
       const trace = receiver.spans.filter((span) => span.traceId === root.traceId);
       expect(new Set(trace.map((span) => span.scope))).toEqual(
-        new Set(['@opentelemetry/instrumentation-http', '@opentelemetry/instrumentation-pg', '@opentelemetry/instrumentation-ioredis', '@fastify/otel', 'partner-agent-status']),
+        new Set([
+          '@opentelemetry/instrumentation-http',
+          '@opentelemetry/instrumentation-pg',
+          '@opentelemetry/instrumentation-ioredis',
+          '@fastify/otel',
+          'partner-agent-status',
+        ]),
       );
       // The partner's trace context was not adopted: a trace of our own, with no parent.
       expect(root.traceId).not.toBe(partnerTraceId);
@@ -88,16 +95,25 @@ describe('traces: one disable is one trace, with PostgreSQL, Redis and spend-man
       expect(fastifySpans[0]!.attributes['url.path']).toBe('/partner/agents/status');
 
       const useCase = trace.find((span) => span.name === 'agent.set_status')!;
-      expect(useCase.attributes).toMatchObject({ 'agent.id': agentId, 'network.id': networkId, 'agent.enabled': false, 'campaigns.paused_count': 3 });
+      expect(useCase.attributes).toMatchObject({
+        'agent.id': agentId,
+        'network.id': networkId,
+        'agent.enabled': false,
+        'campaigns.paused_count': 3,
+      });
       expect(trace.some((span) => span.attributes['partner.name'] === 'traced-partner')).toBe(true);
-      const spendCall = trace.find((span) => span.kind === 3 && String(span.attributes['url.full'] ?? '').includes('/v1/spending-periods/pause'));
+      const spendCall = trace.find(
+        (span) => span.kind === 3 && String(span.attributes['url.full'] ?? '').includes('/v1/spending-periods/pause'),
+      );
       expect(spendCall).toBeDefined();
 
       const call = simulator.simulator.requests().slice(before)[0]!;
       expect(call.traceparent).toMatch(new RegExp(`^00-${root.traceId}-[0-9a-f]{16}-01$`));
 
       // The request's log line carries the same trace id.
-      const line = service.output.map((text) => JSON.parse(text)).find((record) => record.msg === 'request completed' && record.agentId === agentId);
+      const line = service.output
+        .map((text) => JSON.parse(text))
+        .find((record) => record.msg === 'request completed' && record.agentId === agentId);
       expect(line.traceId).toBe(root.traceId);
     } finally {
       expect(await service.stop()).toBe(0);
@@ -139,27 +155,40 @@ describe('redaction: a key sent anywhere reaches no log line, no exported span a
 
       // A request Node cannot parse: its raw bytes (the key among them) are the only record of it.
       const malformed = parseRawResponse(
-        await rawExchange(port, `POST /partner/agents/status?api_key=${key} HTTP/1.1\r\nhost: x\r\nx-api-key: ${key}\r\nx-request-id: ${key}\r\nnot a header\r\n\r\n`),
+        await rawExchange(
+          port,
+          `POST /partner/agents/status?api_key=${key} HTTP/1.1\r\nhost: x\r\nx-api-key: ${key}\r\nx-request-id: ${key}\r\nnot a header\r\n\r\n`,
+        ),
       );
       expect(malformed.status).toBe(400);
       expect(malformed.headers['content-type']).toBe('application/problem+json');
       const requestId = malformed.headers['x-request-id'];
       expect(requestId).toMatch(/^[0-9a-f-]{36}$/);
       expect(JSON.parse(malformed.body)).toMatchObject({ type: 'urn:partner-agent-status:problem:validation', status: 400, requestId });
-      expect(parseRawResponse(await rawExchange(port, `GET /partner/docs HTTP/1.1\r\nx-api-key: ${key}\r\nx-pad: ${'k'.repeat(20_000)}\r\n\r\n`)).status).toBe(431);
+      expect(
+        parseRawResponse(await rawExchange(port, `GET /partner/docs HTTP/1.1\r\nx-api-key: ${key}\r\nx-pad: ${'k'.repeat(20_000)}\r\n\r\n`))
+          .status,
+      ).toBe(431);
 
       // Everything exported: the query-string requests' spans are among them.
       await receiver.waitFor((spans) => {
         const queried = spans.filter((span) => span.kind === 2 && span.attributes['url.query'] !== undefined);
-        return queried.length >= 4 && spans.some((span) => span.kind === 3 && String(span.attributes['url.full'] ?? '').includes('/v1/spending-periods/pause'));
+        return (
+          queried.length >= 4 &&
+          spans.some((span) => span.kind === 3 && String(span.attributes['url.full'] ?? '').includes('/v1/spending-periods/pause'))
+        );
       });
       expect(await service.stop()).toBe(0);
       stopped = true;
 
       const serverSpans = receiver.spans.filter((span) => span.kind === 2);
-      expect(new Set(serverSpans.map((span) => span.attributes['url.query']).filter((query) => query !== undefined))).toEqual(new Set(['REDACTED']));
+      expect(new Set(serverSpans.map((span) => span.attributes['url.query']).filter((query) => query !== undefined))).toEqual(
+        new Set(['REDACTED']),
+      );
       expect(serverSpans.every((span) => !String(span.attributes['url.path']).includes('?'))).toBe(true);
-      expect(receiver.spans.filter((span) => span.scope === '@fastify/otel').every((span) => !String(span.attributes['url.path']).includes('?'))).toBe(true);
+      expect(
+        receiver.spans.filter((span) => span.scope === '@fastify/otel').every((span) => !String(span.attributes['url.path']).includes('?')),
+      ).toBe(true);
       expect(receiver.spans.every((span) => span.traceId !== partnerTraceId)).toBe(true);
       expect(receiver.bodies.length).toBeGreaterThan(0);
       for (const body of receiver.bodies) expect(body).not.toContain(key);

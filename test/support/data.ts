@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { inject } from 'vitest';
 import { insertAgent, insertCampaigns, insertNetwork } from '../../src/dev/seed.js';
+import { databaseUrl } from './database-url.js';
 
 /** Direct access to the run's database for seeding and reading back, outside the service. */
 export function testDatabase() {
-  const pool = new pg.Pool({ connectionString: inject('databaseUrl'), max: 4 });
+  const pool = new pg.Pool({ connectionString: databaseUrl(), max: 4 });
 
   return {
     pool,

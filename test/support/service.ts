@@ -9,6 +9,7 @@ import { createLogger } from '../../src/observability/logger.js';
 import { createService, type ServiceOptions } from '../../src/service.js';
 import { createSpendSimulator, type SpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { attachResponseValidator } from './openapi-validator.js';
+import { databaseUrl } from './database-url.js';
 
 export interface PartnerKeyRecord {
   key: string;
@@ -58,7 +59,7 @@ export async function startTestService(options: TestServiceOptions) {
 
   const logs = logCapture();
   const config = loadConfig({
-    DATABASE_URL: inject('databaseUrl'),
+    DATABASE_URL: databaseUrl(),
     REDIS_URL: options.redisUrl ?? inject('redisUrl'),
     REDIS_KEY_PREFIX: inject('redisKeyPrefix'),
     SPEND_MANAGEMENT_URL: simulatorUrl,
