@@ -37,7 +37,8 @@ closeWithGrace({ delay: config.drainDelayMs + config.shutdownTimeoutMs, logger }
   // Let the endpoints controller and the ingress stop sending new requests here first.
   await new Promise((resolve) => setTimeout(resolve, config.drainDelayMs));
   logger.info('closing: finishing requests in flight');
-  await running.close();
+  // Everything, trace flush included, within SHUTDOWN_TIMEOUT_MS: close-with-grace exits 1 after it.
+  await running.close(Math.max(1_000, config.shutdownTimeoutMs - 1_500));
   logger.info('closed');
   await shutdownTelemetry();
 });
