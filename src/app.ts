@@ -15,6 +15,7 @@ import { agentStatusRoute } from './routes/agent-status.js';
 import { agentStatusReadRoute } from './routes/agent-status-read.js';
 import { healthRoutes } from './routes/health.js';
 import { registerOpenApi } from './routes/openapi.js';
+import { referencePageRoutes } from './routes/reference-page.js';
 import { createPartnerGuard } from './routes/partner-guard.js';
 import { ProblemSchema } from './routes/problem-schema.js';
 
@@ -139,6 +140,7 @@ export async function buildApp(deps: AppDeps) {
   app.addSchema(ProblemSchema);
 
   await registerOpenApi(app);
+  await app.register(referencePageRoutes);
   await app.register(healthRoutes, { isReady: deps.isReady });
 
   // The partner API proper: shed under overload (probes, metrics and the API documents never

@@ -1,4 +1,4 @@
-import { context, propagation, SpanStatusCode, trace, type Link } from '@opentelemetry/api';
+import { isSpanContextValid, SpanStatusCode, trace, type Link, type SpanContext } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { WorkerSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -6,6 +6,17 @@ import type { AgentRepository, ClaimedDisable } from '../stores/database.js';
 import { describeCause, type DisableRunner, type RunEnd } from './disable-runs.js';
 
 const tracer = trace.getTracer('partner-agent-status');
+
+/**
+ * The span of the request that asked for the disable, from its stored W3C traceparent. Parsed
+ * here rather than through the global propagator, which (src/telemetry.ts) extracts nothing.
+ */
+function spanContextOf(traceParent: string): SpanContext | undefined {
+  const match = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(traceParent);
+  if (!match) return undefined;
+  const context: SpanContext = { traceId: match[1]!, spanId: match[2]!, traceFlags: Number.parseInt(match[3]!, 16), isRemote: true };
+  return isSpanContextValid(context) ? context : undefined;
+}
 
 type AttemptOutcome = 'completed' | 'incomplete' | 'failed' | 'superseded' | 'stopped';
 
@@ -40,10 +51,8 @@ export function createConvergenceWorker(deps: {
 
   function attempt(claim: ClaimedDisable): Promise<void> {
     const links: Link[] = [];
-    if (claim.traceParent) {
-      const requested = trace.getSpanContext(propagation.extract(context.active(), { traceparent: claim.traceParent }));
-      if (requested) links.push({ context: requested });
-    }
+    const requested = claim.traceParent ? spanContextOf(claim.traceParent) : undefined;
+    if (requested) links.push({ context: requested });
     return tracer.startActiveSpan(
       'agent.converge_disable',
       { links, attributes: { 'agent.id': claim.agentId, 'network.id': claim.networkId, 'disable.attempt': claim.attempts } },
