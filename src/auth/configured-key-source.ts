@@ -1,4 +1,4 @@
-import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Logger } from 'pino';
 import type { Config, SecretsManagerSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -38,21 +38,29 @@ export function secretReadBoundMs(settings: SecretsManagerSettings): number {
  * The client gets no logger: the answer holds every partner key.
  */
 function createSecretReader(secretId: string, settings: SecretsManagerSettings, metrics: Metrics) {
-  const client = new SecretsManagerClient({
-    maxAttempts: settings.maxAttempts,
-    requestHandler: {
-      connectionTimeout: settings.connectTimeoutMs,
-      requestTimeout: settings.requestTimeoutMs,
-      throwOnRequestTimeout: true,
-    },
-  });
+  // The SDK is loaded on first use only: in file mode (the chart's default) it would cost start-up
+  // time and memory for nothing.
+  let sdk: Promise<{ client: SecretsManagerClient; Command: typeof import('@aws-sdk/client-secrets-manager').GetSecretValueCommand }> | undefined;
+  const loaded = () =>
+    (sdk ??= import('@aws-sdk/client-secrets-manager').then(({ SecretsManagerClient: Client, GetSecretValueCommand }) => ({
+      client: new Client({
+        maxAttempts: settings.maxAttempts,
+        requestHandler: {
+          connectionTimeout: settings.connectTimeoutMs,
+          requestTimeout: settings.requestTimeoutMs,
+          throwOnRequestTimeout: true,
+        },
+      }),
+      Command: GetSecretValueCommand,
+    })));
   const boundMs = secretReadBoundMs(settings);
   return {
     async read(): Promise<string> {
       const done = metrics.dependencyDuration.startTimer({ dependency: 'secrets_manager', operation: 'get_secret_value' });
       let outcome: 'ok' | 'error' = 'error';
       try {
-        const result = await client.send(new GetSecretValueCommand({ SecretId: secretId }), {
+        const { client, Command } = await loaded();
+        const result = await client.send(new Command({ SecretId: secretId }), {
           abortSignal: AbortSignal.timeout(boundMs),
         });
         if (typeof result.SecretString !== 'string') throw new Error('secret has no string value');
@@ -62,6 +70,8 @@ function createSecretReader(secretId: string, settings: SecretsManagerSettings, 
         done({ outcome });
       }
     },
-    close: () => client.destroy(),
+    close: () => {
+      void sdk?.then(({ client }) => client.destroy());
+    },
   };
 }
