@@ -9,9 +9,9 @@ import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildApp } from '../src/app.js';
 import { PartnerKeyStore } from '../src/auth/partner-keys.js';
+import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createMetrics } from '../src/observability/metrics.js';
-import { loadConfig } from '../src/config.js';
 
 /** Only what loadConfig requires; the document depends on none of it. */
 const documentationEnvironment = {

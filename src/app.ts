@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import underPressure from '@fastify/under-pressure';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import underPressure from '@fastify/under-pressure';
 import Fastify, { LogController } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
@@ -15,9 +15,9 @@ import { agentStatusRoute } from './routes/agent-status.js';
 import { agentStatusReadRoute } from './routes/agent-status-read.js';
 import { healthRoutes } from './routes/health.js';
 import { registerOpenApi } from './routes/openapi.js';
-import { referencePageRoutes } from './routes/reference-page.js';
 import { createPartnerGuard } from './routes/partner-guard.js';
 import { ProblemSchema } from './routes/problem-schema.js';
+import { referencePageRoutes } from './routes/reference-page.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -153,7 +153,7 @@ export async function buildApp(deps: AppDeps) {
         metrics.requestsShed.inc();
         reply.code(503).type('application/problem+json').header('retry-after', '1');
         // A value returned here is what the plugin sends (typed as void, it accepts any).
-        return problem('unavailable', problemDetails.unavailable, request.id) as unknown as void;
+        return problem('unavailable', problemDetails.unavailable, request.id) as never;
       },
     });
     const guard = await createPartnerGuard(partnerApi, {
@@ -164,7 +164,12 @@ export async function buildApp(deps: AppDeps) {
       redis: deps.limits.redis,
       keyPrefix: deps.limits.keyPrefix,
     });
-    await partnerApi.register(agentStatusRoute, { agentStatus: deps.agentStatus, metrics, guard, requestDeadlineMs: deps.limits.requestDeadlineMs });
+    await partnerApi.register(agentStatusRoute, {
+      agentStatus: deps.agentStatus,
+      metrics,
+      guard,
+      requestDeadlineMs: deps.limits.requestDeadlineMs,
+    });
     await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus, guard });
   });
 
@@ -182,12 +187,13 @@ export async function buildApp(deps: AppDeps) {
       schema: { hide: true },
       handler: (request, reply) => {
         reply.header('allow', methods.join(', '));
-        return sendProblem(reply, problem('methodNotAllowed', `${request.method} is not allowed here; use ${methods.join(' or ')}.`, request.id));
+        return sendProblem(
+          reply,
+          problem('methodNotAllowed', `${request.method} is not allowed here; use ${methods.join(' or ')}.`, request.id),
+        );
       },
     });
   }
 
   return app;
 }
-
-export type App = Awaited<ReturnType<typeof buildApp>>;

@@ -36,7 +36,12 @@ export type ProblemKind = keyof typeof problemTypes;
 
 const typeUri = (kind: ProblemKind) => `urn:partner-agent-status:problem:${kind.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
 
-export function problem(kind: ProblemKind, detail: string, requestId: string, extension?: Pick<Problem, 'pausedCampaignCount' | 'remainingCampaignCount'>): Problem {
+export function problem(
+  kind: ProblemKind,
+  detail: string,
+  requestId: string,
+  extension?: Pick<Problem, 'pausedCampaignCount' | 'remainingCampaignCount'>,
+): Problem {
   const { status, title } = problemTypes[kind];
   return { type: typeUri(kind), title, status, detail, requestId, ...extension };
 }
@@ -54,7 +59,8 @@ export const problemDetails = {
     'The agent is disabled, but pausing its campaigns takes longer than one request may. The service keeps pausing them by itself; ' +
     'GET /partner/agents/{agentId}/status shows the progress. Repeating the request is safe.',
   database: 'The database did not answer; the change may not have been made. Repeat the request: it is always safe to repeat.',
-  superseded: 'An enable of this agent was answered after this disable was requested, so this disable stopped pausing campaigns. The agent is enabled.',
+  superseded:
+    'An enable of this agent was answered after this disable was requested, so this disable stopped pausing campaigns. The agent is enabled.',
   rateLimited: 'Your network has used up its requests for this window. Wait for the number of seconds in Retry-After.',
   unavailable: 'The service is overloaded or shutting down. Repeat the request after the number of seconds in Retry-After.',
 } as const;
@@ -105,7 +111,11 @@ function domainProblem(error: unknown, request: FastifyRequest, reply: FastifyRe
   if (error instanceof AgentNotInNetwork) return problem('notFound', 'No agent with this agentId exists in your network.', id);
   if (error instanceof TooManyDisables) {
     reply.header('retry-after', '1');
-    return problem('tooManyDisables', `Your network already has ${error.limit} agents being disabled. Repeat the request after the number of seconds in Retry-After.`, id);
+    return problem(
+      'tooManyDisables',
+      `Your network already has ${error.limit} agents being disabled. Repeat the request after the number of seconds in Retry-After.`,
+      id,
+    );
   }
   if (error instanceof DisableSuperseded) {
     return problem('superseded', problemDetails.superseded, id, { pausedCampaignCount: error.pausedCampaignCount });

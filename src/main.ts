@@ -1,10 +1,10 @@
 // Process entry (npm start): configuration, the service, listening, and the drain on SIGTERM.
 // Telemetry is preloaded with `--import ./dist/telemetry.js` before this module loads.
 import closeWithGrace from 'close-with-grace';
-import { ConfigError, loadConfig, type Config } from './config.js';
+import { type Config, ConfigError, loadConfig } from './config.js';
 import { createLogger } from './observability/logger.js';
-import { createService } from './service.js';
 import { shutdownTelemetry } from './observability/telemetry-handle.js';
+import { createService, type Service } from './service.js';
 
 let config: Config;
 try {
@@ -16,7 +16,7 @@ try {
 }
 
 const logger = createLogger(config.logLevel);
-let service;
+let service: Service;
 try {
   service = await createService(config, { logger });
 } catch (error) {

@@ -13,7 +13,7 @@ import { createMetrics } from './observability/metrics.js';
 import { createMetricsServer } from './observability/metrics-server.js';
 import { createReadiness } from './readiness.js';
 import { createBreaker } from './stores/breaker.js';
-import { createRedisCampaignState, type CampaignStateStore } from './stores/campaign-state.js';
+import { type CampaignStateStore, createRedisCampaignState } from './stores/campaign-state.js';
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
 
@@ -74,7 +74,11 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 
   const poolOptions = { url: config.databaseUrl, statementTimeoutMs: config.databaseStatementTimeoutMs };
   // Three pools, so that partner traffic can neither starve the worker nor turn readiness red.
-  const requestPool = resources.own('request pool', await createDatabasePool({ ...poolOptions, maxPoolSize: config.databasePoolSize }), (pool) => pool.end());
+  const requestPool = resources.own(
+    'request pool',
+    await createDatabasePool({ ...poolOptions, maxPoolSize: config.databasePoolSize }),
+    (pool) => pool.end(),
+  );
   const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 2 }), (pool) => pool.end());
   const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 1 }), (pool) => pool.end());
   const agents = createAgentRepository(requestPool, metrics);
@@ -83,7 +87,12 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   const campaignState = resources.own(
     'campaign state',
     options.campaignState ??
-      createRedisCampaignState({ url: config.redisUrl, keyPrefix: config.redisKeyPrefix, commandTimeoutMs: config.redisCommandTimeoutMs, metrics }),
+      createRedisCampaignState({
+        url: config.redisUrl,
+        keyPrefix: config.redisKeyPrefix,
+        commandTimeoutMs: config.redisCommandTimeoutMs,
+        metrics,
+      }),
     (store) => store.close(),
   );
   // The rate limit's own client: it must fail fast (fail open) and never queue while disconnected.
@@ -102,6 +111,15 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   );
   rateLimitRedis.on('error', () => undefined);
   rateLimitRedis.connect().catch(() => undefined);
+  // Serve the first requests with the limit on: wait (briefly) for the connection. Redis being down
+  // does not stop the start; the limit then fails open until it is back.
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, 2_000);
+    rateLimitRedis.once('ready', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
 
   const spend = createSpendManagementClient({
     baseUrl: config.spendManagementUrl,
@@ -112,12 +130,22 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   });
   const spendBreaker = resources.own(
     'spend-management breaker',
-    createBreaker('spend_management', (ids: readonly string[]) => spend.pauseSpendingPeriods(ids), { ...config.breaker, operation: 'pause_spending_periods' }, metrics),
+    createBreaker(
+      'spend_management',
+      (ids: readonly string[]) => spend.pauseSpendingPeriods(ids),
+      { ...config.breaker, operation: 'pause_spending_periods' },
+      metrics,
+    ),
     ({ breaker }) => breaker.shutdown(),
   );
   const redisBreaker = resources.own(
     'redis breaker',
-    createBreaker('redis', (ids: readonly string[]) => campaignState.markPaused(ids), { ...config.breaker, operation: 'mark_campaigns_paused' }, metrics),
+    createBreaker(
+      'redis',
+      (ids: readonly string[]) => campaignState.markPaused(ids),
+      { ...config.breaker, operation: 'mark_campaigns_paused' },
+      metrics,
+    ),
     ({ breaker }) => breaker.shutdown(),
   );
   // One bound on spend-management calls in flight for the whole replica, requests and worker.

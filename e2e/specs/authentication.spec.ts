@@ -37,7 +37,11 @@ test.describe('A missing or unknown key yields 401', () => {
 test.describe('Only API-key authentication in the x-api-key header is accepted', () => {
   test('a valid key sent as Authorization: Bearer is ignored (401)', async ({ api, given, partners, seeder }) => {
     const agent = await given.agent(partners.open);
-    const response = await api.setStatus({ key: null }, { agentId: agent.agentId, enabled: false }, { headers: { authorization: `Bearer ${partners.open.key}` } });
+    const response = await api.setStatus(
+      { key: null },
+      { agentId: agent.agentId, enabled: false },
+      { headers: { authorization: `Bearer ${partners.open.key}` } },
+    );
     await expectProblem(response, 401, 'unauthorized');
     expect(await seeder.agentApproved(agent.agentId)).toBe(true);
   });
@@ -75,7 +79,11 @@ test.describe('A key acts only on agents of its own network', () => {
     expect(await seeder.agentApproved(disabled.agentId)).toBe(false);
   });
 
-  test("the 404 for another network's agent is the 404 for an agent that exists nowhere, apart from the request id", async ({ api, given, partners }) => {
+  test("the 404 for another network's agent is the 404 for an agent that exists nowhere, apart from the request id", async ({
+    api,
+    given,
+    partners,
+  }) => {
     const theirs = await given.agent(partners.other);
     const nowhere = `us-east-1:${randomUUID()}`;
     const [a, b] = [
@@ -84,7 +92,8 @@ test.describe('A key acts only on agents of its own network', () => {
     ];
     expect(a.status()).toBe(404);
     expect(b.status()).toBe(404);
-    const withoutRequestId = async (response: typeof a) => (await response.text()).replace(response.headers()['x-request-id']!, '<request-id>');
+    const withoutRequestId = async (response: typeof a) =>
+      (await response.text()).replace(response.headers()['x-request-id']!, '<request-id>');
     expect(await withoutRequestId(a)).toBe(await withoutRequestId(b));
     for (const header of ['content-type', 'content-length']) expect(a.headers()[header], header).toBe(b.headers()[header]);
   });

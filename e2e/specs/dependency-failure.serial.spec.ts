@@ -11,7 +11,14 @@ test.afterEach(async ({ simulator }) => {
 });
 
 test.describe('When spend management fails, the disable answers 500 and a retry completes it', () => {
-  test('spend management refusing every pause: 500, the agent stays disabled, nothing is marked paused; the retry pauses all', async ({ api, given, partners, seeder, simulator, stores }) => {
+  test('spend management refusing every pause: 500, the agent stays disabled, nothing is marked paused; the retry pauses all', async ({
+    api,
+    given,
+    partners,
+    seeder,
+    simulator,
+    stores,
+  }) => {
     const agent = await given.agent(partners.open, { campaigns: { unpaused: 5 } });
     await simulator.setMode('fail', { failStatus: 503 });
 
@@ -25,11 +32,26 @@ test.describe('When spend management fails, the disable answers 500 and a retry 
     await simulator.setMode('ok');
     const retried = await api.setStatus(partners.open, { agentId: agent.agentId, enabled: false });
     expect(retried.status()).toBe(200);
-    expect(await retried.json()).toEqual({ agentId: agent.agentId, networkId: partners.open.networkId, enabled: false, pausedCampaignCount: 5 });
-    expect(await stores.pausedIn(agent.unpaused)).toEqual({ database: agent.unpaused, redis: agent.unpaused, spendManagement: agent.unpaused });
+    expect(await retried.json()).toEqual({
+      agentId: agent.agentId,
+      networkId: partners.open.networkId,
+      enabled: false,
+      pausedCampaignCount: 5,
+    });
+    expect(await stores.pausedIn(agent.unpaused)).toEqual({
+      database: agent.unpaused,
+      redis: agent.unpaused,
+      spendManagement: agent.unpaused,
+    });
   });
 
-  test('a failure after the first batch: what the database calls paused is paused everywhere, and the retry counts the rest', async ({ api, given, partners, simulator, stores }) => {
+  test('a failure after the first batch: what the database calls paused is paused everywhere, and the retry counts the rest', async ({
+    api,
+    given,
+    partners,
+    simulator,
+    stores,
+  }) => {
     const agent = await given.agent(partners.open, { campaigns: { unpaused: 150 } });
     // The first pause call (one batch of at most 100) succeeds, every later one fails.
     await simulator.setMode('fail', { failAfter: 1, failStatus: 502 });
@@ -45,10 +67,21 @@ test.describe('When spend management fails, the disable answers 500 and a retry 
     await simulator.setMode('ok');
     const retried = await api.setStatus(partners.open, { agentId: agent.agentId, enabled: false });
     expect((await retried.json()).pausedCampaignCount).toBe(150 - partial.database.length);
-    expect(await stores.pausedIn(agent.unpaused)).toEqual({ database: agent.unpaused, redis: agent.unpaused, spendManagement: agent.unpaused });
+    expect(await stores.pausedIn(agent.unpaused)).toEqual({
+      database: agent.unpaused,
+      redis: agent.unpaused,
+      spendManagement: agent.unpaused,
+    });
   });
 
-  test('spend management not answering at all: 500 within the time-outs, and the retry completes', async ({ api, given, partners, seeder, simulator, stores }) => {
+  test('spend management not answering at all: 500 within the time-outs, and the retry completes', async ({
+    api,
+    given,
+    partners,
+    seeder,
+    simulator,
+    stores,
+  }) => {
     const agent = await given.agent(partners.open, { campaigns: { unpaused: 2 } });
     await simulator.setMode('hang');
 
@@ -64,7 +97,13 @@ test.describe('When spend management fails, the disable answers 500 and a retry 
     expect((await retried.json()).pausedCampaignCount).toBe(2);
   });
 
-  test('an enable does not depend on spend management: it succeeds while spend management fails', async ({ api, given, partners, seeder, simulator }) => {
+  test('an enable does not depend on spend management: it succeeds while spend management fails', async ({
+    api,
+    given,
+    partners,
+    seeder,
+    simulator,
+  }) => {
     const agent = await given.agent(partners.open, { approved: false });
     await simulator.setMode('fail');
     const response = await api.setStatus(partners.open, { agentId: agent.agentId, enabled: true });

@@ -2,12 +2,17 @@
 import { expect, test } from '../support/fixtures.js';
 
 test.describe('Disabling an agent sets agentApproved to false and pauses its active, unpaused campaigns in all three places', () => {
-  test('a disable answers 200 with the agent, the key\'s network, enabled false and the number paused', async ({ api, given, partners }) => {
+  test("a disable answers 200 with the agent, the key's network, enabled false and the number paused", async ({ api, given, partners }) => {
     const agent = await given.agent(partners.open, { campaigns: { unpaused: 3 } });
     const response = await api.setStatus(partners.open, { agentId: agent.agentId, enabled: false });
     expect(response.status()).toBe(200);
     expect(response.headers()['content-type']).toMatch(/^application\/json/);
-    expect(await response.json()).toEqual({ agentId: agent.agentId, networkId: partners.open.networkId, enabled: false, pausedCampaignCount: 3 });
+    expect(await response.json()).toEqual({
+      agentId: agent.agentId,
+      networkId: partners.open.networkId,
+      enabled: false,
+      pausedCampaignCount: 3,
+    });
   });
 
   test('the agent is no longer approved in the database', async ({ api, given, partners, seeder }) => {
@@ -16,13 +21,29 @@ test.describe('Disabling an agent sets agentApproved to false and pauses its act
     expect(await seeder.agentApproved(agent.agentId)).toBe(false);
   });
 
-  test('each active, unpaused campaign is paused in the database, in Redis and in spend management', async ({ api, given, partners, stores }) => {
+  test('each active, unpaused campaign is paused in the database, in Redis and in spend management', async ({
+    api,
+    given,
+    partners,
+    stores,
+  }) => {
     const agent = await given.agent(partners.open, { campaigns: { unpaused: 4 } });
     await api.setStatus(partners.open, { agentId: agent.agentId, enabled: false });
-    expect(await stores.pausedIn(agent.unpaused)).toEqual({ database: agent.unpaused, redis: agent.unpaused, spendManagement: agent.unpaused });
+    expect(await stores.pausedIn(agent.unpaused)).toEqual({
+      database: agent.unpaused,
+      redis: agent.unpaused,
+      spendManagement: agent.unpaused,
+    });
   });
 
-  test('inactive campaigns and campaigns already paused are not touched or counted', async ({ api, given, partners, seeder, stores, simulator }) => {
+  test('inactive campaigns and campaigns already paused are not touched or counted', async ({
+    api,
+    given,
+    partners,
+    seeder,
+    stores,
+    simulator,
+  }) => {
     const agent = await given.agent(partners.open, { campaigns: { unpaused: 2, paused: 2, inactive: 2 } });
     const response = await api.setStatus(partners.open, { agentId: agent.agentId, enabled: false });
     expect((await response.json()).pausedCampaignCount).toBe(2);
@@ -34,7 +55,12 @@ test.describe('Disabling an agent sets agentApproved to false and pauses its act
     expect(await simulator.requestsFor(untouched)).toEqual([]);
   });
 
-  test('pausing sets the Redis field paused = 1 and leaves the other fields of the hash alone', async ({ api, given, partners, seeder }) => {
+  test('pausing sets the Redis field paused = 1 and leaves the other fields of the hash alone', async ({
+    api,
+    given,
+    partners,
+    seeder,
+  }) => {
     const agent = await given.agent(partners.open, { campaigns: { unpaused: 2 } });
     const [withHash, withoutHash] = agent.unpaused as [string, string];
     await seeder.setCampaignHash(withHash, { budget: '250.00', paused: '0', owner: 'someone' });
@@ -44,7 +70,13 @@ test.describe('Disabling an agent sets agentApproved to false and pauses its act
     expect(await seeder.campaignHash(withoutHash)).toEqual({ paused: '1' });
   });
 
-  test('many campaigns are paused in batches of at most 100, each call with its own idempotency key', async ({ api, given, partners, simulator, stores }) => {
+  test('many campaigns are paused in batches of at most 100, each call with its own idempotency key', async ({
+    api,
+    given,
+    partners,
+    simulator,
+    stores,
+  }) => {
     const agent = await given.agent(partners.open, { campaigns: { unpaused: 250 } });
     const response = await api.setStatus(partners.open, { agentId: agent.agentId, enabled: false });
     expect((await response.json()).pausedCampaignCount).toBe(250);

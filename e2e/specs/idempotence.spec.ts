@@ -2,7 +2,14 @@
 import { expect, test } from '../support/fixtures.js';
 
 test.describe('Repeating a request is always safe', () => {
-  test('a second disable answers 200 with pausedCampaignCount 0 and changes nothing', async ({ api, given, partners, seeder, simulator, stores }) => {
+  test('a second disable answers 200 with pausedCampaignCount 0 and changes nothing', async ({
+    api,
+    given,
+    partners,
+    seeder,
+    simulator,
+    stores,
+  }) => {
     const agent = await given.agent(partners.open, { campaigns: { unpaused: 3 } });
     const first = await api.setStatus(partners.open, { agentId: agent.agentId, enabled: false });
     expect((await first.json()).pausedCampaignCount).toBe(3);
@@ -10,9 +17,18 @@ test.describe('Repeating a request is always safe', () => {
 
     const second = await api.setStatus(partners.open, { agentId: agent.agentId, enabled: false });
     expect(second.status()).toBe(200);
-    expect(await second.json()).toEqual({ agentId: agent.agentId, networkId: partners.open.networkId, enabled: false, pausedCampaignCount: 0 });
+    expect(await second.json()).toEqual({
+      agentId: agent.agentId,
+      networkId: partners.open.networkId,
+      enabled: false,
+      pausedCampaignCount: 0,
+    });
     expect(await seeder.agentApproved(agent.agentId)).toBe(false);
-    expect(await stores.pausedIn(agent.unpaused)).toEqual({ database: agent.unpaused, redis: agent.unpaused, spendManagement: agent.unpaused });
+    expect(await stores.pausedIn(agent.unpaused)).toEqual({
+      database: agent.unpaused,
+      redis: agent.unpaused,
+      spendManagement: agent.unpaused,
+    });
     // Nothing was left to pause, so nothing was sent again.
     expect(await simulator.requestsFor(agent.unpaused)).toHaveLength(callsAfterFirst);
   });

@@ -20,7 +20,10 @@ test.describe('The OpenAPI document is served at /partner/openapi.json without a
 });
 
 test.describe('Through the ingress only /partner/* is routed', () => {
-  test.skip(({ settings }) => !settings.viaIngress, 'BASE_URL is the service itself, not the ingress: set E2E_VIA_INGRESS=1 when BASE_URL is the ingress (k8s-dev/run-e2e.sh does)');
+  test.skip(
+    ({ settings }) => !settings.viaIngress,
+    'BASE_URL is the service itself, not the ingress: set E2E_VIA_INGRESS=1 when BASE_URL is the ingress (k8s-dev/run-e2e.sh does)',
+  );
 
   for (const path of ['/livez', '/readyz', '/metrics', '/']) {
     test(`${path} is not reachable through the ingress (404)`, async ({ request }) => {
@@ -33,7 +36,11 @@ test.describe('Through the ingress only /partner/* is routed', () => {
 
   test('/partner/openapi.json and the partner API are reachable through the ingress', async ({ request }) => {
     expect((await request.get('/partner/openapi.json')).status()).toBe(200);
-    const response = await request.post('/partner/agents/status', { headers: { 'content-type': 'application/json' }, data: '{}', failOnStatusCode: false });
+    const response = await request.post('/partner/agents/status', {
+      headers: { 'content-type': 'application/json' },
+      data: '{}',
+      failOnStatusCode: false,
+    });
     // The service's own answer (a problem with the service's request id), not the ingress's.
     await expectProblem(response, 401, 'unauthorized');
   });

@@ -15,7 +15,10 @@ test.describe('Every response carries x-request-id', () => {
     ] as const;
     for (const [status, partner, data] of answers) {
       const requestId = `e2e-${randomUUID()}`;
-      const response = await api.post({ headers: { 'content-type': 'application/json', 'x-api-key': partner.key, 'x-request-id': requestId }, data });
+      const response = await api.post({
+        headers: { 'content-type': 'application/json', 'x-api-key': partner.key, 'x-request-id': requestId },
+        data,
+      });
       expect(response.status()).toBe(status);
       expect(response.headers()['x-request-id'], `status ${status}`).toBe(requestId);
       if (status !== 200) expect((await response.json()).requestId).toBe(requestId);
@@ -53,8 +56,18 @@ test.describe('Every error is an application/problem+json document', () => {
     const cases: Array<{ status: number; kind: string; headers: Record<string, string>; data: string }> = [
       { status: 400, kind: 'validation', headers: { 'content-type': 'application/json', 'x-api-key': key }, data: '{' },
       { status: 401, kind: 'unauthorized', headers: { 'content-type': 'application/json' }, data: '{}' },
-      { status: 404, kind: 'not-found', headers: { 'content-type': 'application/json', 'x-api-key': key }, data: JSON.stringify({ agentId: `us-east-1:${randomUUID()}`, enabled: false }) },
-      { status: 413, kind: 'payload-too-large', headers: { 'content-type': 'application/json', 'x-api-key': key }, data: JSON.stringify({ agentId: agent.agentId, enabled: false, pad: 'x'.repeat(20_000) }) },
+      {
+        status: 404,
+        kind: 'not-found',
+        headers: { 'content-type': 'application/json', 'x-api-key': key },
+        data: JSON.stringify({ agentId: `us-east-1:${randomUUID()}`, enabled: false }),
+      },
+      {
+        status: 413,
+        kind: 'payload-too-large',
+        headers: { 'content-type': 'application/json', 'x-api-key': key },
+        data: JSON.stringify({ agentId: agent.agentId, enabled: false, pad: 'x'.repeat(20_000) }),
+      },
       { status: 415, kind: 'unsupported-media-type', headers: { 'content-type': 'text/plain', 'x-api-key': key }, data: 'disable' },
     ];
     for (const { status, kind, headers, data } of cases) {

@@ -8,24 +8,40 @@ test.describe('A disabled agent in a network that requires agent approval is res
   test('it cannot get a new campaign (P0001)', async ({ api, given, partners, seeder }) => {
     const agent = await given.agent(partners.strict);
     expect((await api.setStatus(partners.strict, { agentId: agent.agentId, enabled: false })).status()).toBe(200);
-    await expect(seeder.campaigns(agent.agentId, 1)).rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/create_campaign is not allowed/) });
+    await expect(seeder.campaigns(agent.agentId, 1)).rejects.toMatchObject({
+      code: 'P0001',
+      message: expect.stringMatching(/create_campaign is not allowed/),
+    });
   });
 
   test('its paused campaigns cannot be unpaused (P0001)', async ({ api, given, partners, seeder }) => {
     const agent = await given.agent(partners.strict, { campaigns: { unpaused: 1 } });
     await api.setStatus(partners.strict, { agentId: agent.agentId, enabled: false });
-    await expect(seeder.unpause(agent.unpaused[0]!)).rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/unpause_campaign is not allowed/) });
+    await expect(seeder.unpause(agent.unpaused[0]!)).rejects.toMatchObject({
+      code: 'P0001',
+      message: expect.stringMatching(/unpause_campaign is not allowed/),
+    });
     expect(await seeder.pausedInDatabase(agent.agentId)).toEqual(agent.unpaused);
   });
 
-  test('agent_is_restricted() says so, for the operations the database cannot see (bulk leads, transfers, groups, deposits)', async ({ api, given, partners, seeder }) => {
+  test('agent_is_restricted() says so, for the operations the database cannot see (bulk leads, transfers, groups, deposits)', async ({
+    api,
+    given,
+    partners,
+    seeder,
+  }) => {
     const agent = await given.agent(partners.strict);
     expect(await seeder.isRestricted(agent.agentId)).toBe(false);
     await api.setStatus(partners.strict, { agentId: agent.agentId, enabled: false });
     expect(await seeder.isRestricted(agent.agentId)).toBe(true);
   });
 
-  test('after an enable the restrictions are lifted: campaigns can be created and unpaused again', async ({ api, given, partners, seeder }) => {
+  test('after an enable the restrictions are lifted: campaigns can be created and unpaused again', async ({
+    api,
+    given,
+    partners,
+    seeder,
+  }) => {
     const agent = await given.agent(partners.strict, { campaigns: { unpaused: 1 } });
     await api.setStatus(partners.strict, { agentId: agent.agentId, enabled: false });
     await api.setStatus(partners.strict, { agentId: agent.agentId, enabled: true });

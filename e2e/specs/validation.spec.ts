@@ -1,5 +1,5 @@
 // Specification section 4, rule 4, and CONTRACT.md section 3 (the strict body, 415, 413).
-import { expect, expectProblem, test, type SeededAgent, type Stores } from '../support/fixtures.js';
+import { expect, expectProblem, type SeededAgent, type Stores, test } from '../support/fixtures.js';
 import type { Seeder } from '../support/seeder.js';
 
 const json = { 'content-type': 'application/json' };
@@ -13,9 +13,21 @@ test.describe('A body that fails validation yields 400 and changes nothing', () 
     ['enabled missing', (agentId) => JSON.stringify({ agentId }), /enabled/],
     ['agentId missing', () => JSON.stringify({ enabled: false }), /agentId/],
     ['agentId as a number', () => JSON.stringify({ agentId: 42, enabled: false }), /agentId/],
-    ['agentId without the region prefix', (agentId) => JSON.stringify({ agentId: agentId.replace('us-east-1:', ''), enabled: false }), /agentId/],
-    ['agentId in another region', (agentId) => JSON.stringify({ agentId: agentId.replace('us-east-1:', 'eu-west-1:'), enabled: false }), /agentId/],
-    ['agentId with an upper-case uuid', (agentId) => JSON.stringify({ agentId: `us-east-1:${agentId.slice(10).toUpperCase()}`, enabled: false }), /agentId/],
+    [
+      'agentId without the region prefix',
+      (agentId) => JSON.stringify({ agentId: agentId.replace('us-east-1:', ''), enabled: false }),
+      /agentId/,
+    ],
+    [
+      'agentId in another region',
+      (agentId) => JSON.stringify({ agentId: agentId.replace('us-east-1:', 'eu-west-1:'), enabled: false }),
+      /agentId/,
+    ],
+    [
+      'agentId with an upper-case uuid',
+      (agentId) => JSON.stringify({ agentId: `us-east-1:${agentId.slice(10).toUpperCase()}`, enabled: false }),
+      /agentId/,
+    ],
     ['agentId with something that is not a uuid', () => JSON.stringify({ agentId: 'us-east-1:not-a-uuid', enabled: false }), /agentId/],
     ['a JSON array instead of an object', (agentId) => JSON.stringify([{ agentId, enabled: false }]), /object/i],
     ['a JSON string instead of an object', () => JSON.stringify('disable it'), /object/i],
@@ -38,7 +50,10 @@ test.describe('Only JSON bodies are accepted: any other content type yields 415'
   for (const contentType of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
     test(`${contentType} gets 415`, async ({ api, given, partners, seeder, stores }) => {
       const agent = await given.agent(partners.open, { campaigns: { unpaused: 1 } });
-      const data = contentType === 'application/x-www-form-urlencoded' ? `agentId=${encodeURIComponent(agent.agentId)}&enabled=false` : JSON.stringify({ agentId: agent.agentId, enabled: false });
+      const data =
+        contentType === 'application/x-www-form-urlencoded'
+          ? `agentId=${encodeURIComponent(agent.agentId)}&enabled=false`
+          : JSON.stringify({ agentId: agent.agentId, enabled: false });
       const response = await api.post({ headers: { 'content-type': contentType, 'x-api-key': partners.open.key }, data });
       const problem = await expectProblem(response, 415, 'unsupported-media-type');
       expect(problem.detail).toMatch(/application\/json/);

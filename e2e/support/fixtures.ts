@@ -1,8 +1,8 @@
-import { test as base, expect, type APIRequestContext, type APIResponse } from '@playwright/test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { type APIRequestContext, type APIResponse, test as base, expect } from '@playwright/test';
 import { newPartnerKey, partnerKeyWriter } from './partner-keys.js';
 import { Seeder } from './seeder.js';
-import { loadSettings, type E2ESettings } from './settings.js';
+import { type E2ESettings, loadSettings } from './settings.js';
 import { SimulatorControl } from './simulator.js';
 
 /** A partner of the run: a network of its own and a key bound to it. */
@@ -113,7 +113,7 @@ async function waitUntilServed(http: APIRequestContext, partner: Partner, probeA
 
 export const test = base.extend<TestFixtures, WorkerFixtures>({
   settings: [
-    // eslint-disable-next-line no-empty-pattern -- Playwright reads the fixture's dependencies from this pattern
+    // biome-ignore lint/correctness/noEmptyPattern: Playwright reads the fixture's dependencies from this pattern
     async ({}, use) => {
       await use(loadSettings());
     },
@@ -170,7 +170,9 @@ export const test = base.extend<TestFixtures, WorkerFixtures>({
         const http = await playwright.request.newContext({ baseURL });
         try {
           await Promise.all(
-            all.map(async (partner) => waitUntilServed(http, partner, await seeder.agent(partner.networkId), settings.keyPropagationTimeoutMs)),
+            all.map(async (partner) =>
+              waitUntilServed(http, partner, await seeder.agent(partner.networkId), settings.keyPropagationTimeoutMs),
+            ),
           );
         } finally {
           await http.dispose();

@@ -84,7 +84,10 @@ class FileKeyWriter extends KeyDocumentWriter {
       } catch (error) {
         if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
         // A worker killed while holding the lock leaves it behind; a write takes milliseconds.
-        const age = await stat(lock).then((s) => Date.now() - s.mtimeMs, () => 0);
+        const age = await stat(lock).then(
+          (s) => Date.now() - s.mtimeMs,
+          () => 0,
+        );
         if (age > 10_000) await unlink(lock).catch(() => undefined);
         if (Date.now() > deadline) throw new Error(`could not lock ${this.path} within 15 s`);
         await sleep(20);
@@ -105,7 +108,10 @@ class FileKeyWriter extends KeyDocumentWriter {
 function run(command: string, args: string[], input?: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const child = execFile(command, args, { maxBuffer: 16 * 1024 * 1024, timeout: 30_000 }, (error, stdout, stderr) => {
-      if (error) reject(Object.assign(new Error(`${command} ${args[0] ?? ''} ${args[1] ?? ''} failed: ${stderr.trim() || error.message}`), { stderr }));
+      if (error)
+        reject(
+          Object.assign(new Error(`${command} ${args[0] ?? ''} ${args[1] ?? ''} failed: ${stderr.trim() || error.message}`), { stderr }),
+        );
       else resolve(stdout);
     });
     if (input !== undefined) child.stdin!.end(input);
@@ -159,8 +165,13 @@ class SecretKeyWriter extends KeyDocumentWriter {
         await sleep(100 + Math.random() * 400);
       }
     }
-    await this.kubectl(['annotate', 'pods', '--selector', this.target.podSelector, '--overwrite', `e2e.partner-agent-status/keys-changed=${Date.now()}`]).catch(
-      () => undefined,
-    );
+    await this.kubectl([
+      'annotate',
+      'pods',
+      '--selector',
+      this.target.podSelector,
+      '--overwrite',
+      `e2e.partner-agent-status/keys-changed=${Date.now()}`,
+    ]).catch(() => undefined);
   }
 }

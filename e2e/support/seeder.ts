@@ -16,7 +16,12 @@ export class Seeder {
     this.pool = new pg.Pool({ connectionString: options.databaseUrl, max: 3, application_name: 'partner-agent-status-e2e' });
     // A connection that drops while idle must not crash the worker.
     this.pool.on('error', () => undefined);
-    this.redis = new Redis(options.redisUrl, { keyPrefix: options.redisKeyPrefix, protocol: 2, lazyConnect: true, maxRetriesPerRequest: 2 });
+    this.redis = new Redis(options.redisUrl, {
+      keyPrefix: options.redisKeyPrefix,
+      protocol: 2,
+      lazyConnect: true,
+      maxRetriesPerRequest: 2,
+    });
     this.redis.on('error', () => undefined); // failures surface through the commands
   }
 

@@ -65,8 +65,7 @@ export function loadSettings(): E2ESettings {
         namespace: required('E2E_KUBE_NAMESPACE'),
         context: process.env.E2E_KUBE_CONTEXT?.trim() ?? '',
         podSelector:
-          process.env.E2E_SERVICE_POD_SELECTOR?.trim() ??
-          'app.kubernetes.io/name=partner-agent-status,app.kubernetes.io/component=api',
+          process.env.E2E_SERVICE_POD_SELECTOR?.trim() ?? 'app.kubernetes.io/name=partner-agent-status,app.kubernetes.io/component=api',
       };
 
   return {

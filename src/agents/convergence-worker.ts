@@ -1,9 +1,9 @@
-import { isSpanContextValid, SpanStatusCode, trace, type Link, type SpanContext } from '@opentelemetry/api';
+import { isSpanContextValid, type Link, type SpanContext, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { WorkerSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { AgentRepository, ClaimedDisable } from '../stores/database.js';
-import { describeCause, type DisableRunner, type RunEnd } from './disable-runs.js';
+import { type DisableRunner, describeCause, type RunEnd } from './disable-runs.js';
 
 const tracer = trace.getTracer('partner-agent-status');
 
@@ -141,5 +141,3 @@ export function createConvergenceWorker(deps: {
     pollNow: poll,
   };
 }
-
-export type ConvergenceWorker = ReturnType<typeof createConvergenceWorker>;

@@ -121,14 +121,17 @@ export class DisableRunner {
     let stopped: 'deadline' | 'shutdown' | undefined;
 
     // Keeps the lease while batches are slow (waiting for spend-management capacity, say).
-    const renewal = setInterval(() => {
-      agents.renew(agentId, lease).then(
-        (held) => {
-          if (!held) lostClaim = true;
-        },
-        () => undefined,
-      );
-    }, Math.max(250, Math.floor(this.settings.leaseMs / 3)));
+    const renewal = setInterval(
+      () => {
+        agents.renew(agentId, lease).then(
+          (held) => {
+            if (!held) lostClaim = true;
+          },
+          () => undefined,
+        );
+      },
+      Math.max(250, Math.floor(this.settings.leaseMs / 3)),
+    );
     renewal.unref();
 
     const processBatch = async (ids: string[]) => {
@@ -220,11 +223,21 @@ export class DisableRunner {
     // Stopped by a deadline or a shutdown: due at once, for the worker of any replica. After a
     // failure: due after a capped exponential backoff. If this write fails, the lease runs out
     // by itself and the row becomes due all the same.
-    await agents.release(agentId, claimToken, cause.kind === 'deadline' || cause.kind === 'shutdown' ? 'now' : { backoff: this.settings.backoff }, lastError).catch(() => undefined);
+    await agents
+      .release(
+        agentId,
+        claimToken,
+        cause.kind === 'deadline' || cause.kind === 'shutdown' ? 'now' : { backoff: this.settings.backoff },
+        lastError,
+      )
+      .catch(() => undefined);
     const remaining = await agents.remainingCampaigns(agentId).catch(() => undefined);
     // Stopped just after the last batch: nothing is left, so the run is in fact complete.
     if (remaining === 0 && (cause.kind === 'deadline' || cause.kind === 'shutdown')) {
-      const finished = await agents.takeOver(agentId, lease).then((t) => t.claimed && agents.finish(agentId, claimToken)).catch(() => false);
+      const finished = await agents
+        .takeOver(agentId, lease)
+        .then((t) => t.claimed && agents.finish(agentId, claimToken))
+        .catch(() => false);
       if (finished) return { kind: 'completed', paused };
     }
     return { kind: 'incomplete', paused, remaining, cause };

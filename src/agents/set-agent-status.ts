@@ -90,13 +90,17 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     if (holders === 0 && (agentsOfNetwork?.size ?? 0) >= deps.disablesInFlightPerNetwork) {
       throw new TooManyDisables(deps.disablesInFlightPerNetwork);
     }
-    if (!agentsOfNetwork) disabling.set(networkId, (agentsOfNetwork = new Map()));
-    agentsOfNetwork.set(agentId, holders + 1);
+    if (!agentsOfNetwork) {
+      agentsOfNetwork = new Map();
+      disabling.set(networkId, agentsOfNetwork);
+    }
+    const held = agentsOfNetwork;
+    held.set(agentId, holders + 1);
     return () => {
-      const left = (agentsOfNetwork.get(agentId) ?? 1) - 1;
-      if (left > 0) agentsOfNetwork.set(agentId, left);
-      else agentsOfNetwork.delete(agentId);
-      if (agentsOfNetwork.size === 0 && disabling.get(networkId) === agentsOfNetwork) disabling.delete(networkId);
+      const left = (held.get(agentId) ?? 1) - 1;
+      if (left > 0) held.set(agentId, left);
+      else held.delete(agentId);
+      if (held.size === 0 && disabling.get(networkId) === held) disabling.delete(networkId);
     };
   }
 

@@ -40,7 +40,9 @@ export function secretReadBoundMs(settings: SecretsManagerSettings): number {
 function createSecretReader(secretId: string, settings: SecretsManagerSettings, metrics: Metrics) {
   // The SDK is loaded on first use only: in file mode (the chart's default) it would cost start-up
   // time and memory for nothing.
-  let sdk: Promise<{ client: SecretsManagerClient; Command: typeof import('@aws-sdk/client-secrets-manager').GetSecretValueCommand }> | undefined;
+  let sdk:
+    | Promise<{ client: SecretsManagerClient; Command: typeof import('@aws-sdk/client-secrets-manager').GetSecretValueCommand }>
+    | undefined;
   const loaded = () =>
     (sdk ??= import('@aws-sdk/client-secrets-manager').then(({ SecretsManagerClient: Client, GetSecretValueCommand }) => ({
       client: new Client({

@@ -1,4 +1,4 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 
 /**
  * Every Prometheus series the service exports, on one registry owned by the app (never the
@@ -103,12 +103,12 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
     }),
     pendingDisables: new Gauge({
       name: 'pending_disables',
-      help: 'Accepted disables not yet finished (rows of pending_disables), as last read by this replica\'s worker.',
+      help: "Accepted disables not yet finished (rows of pending_disables), as last read by this replica's worker.",
       registers: [registry],
     }),
     pendingDisablesOldestAge: new Gauge({
       name: 'pending_disables_oldest_age_seconds',
-      help: 'Age of the oldest unfinished disable (since it was first requested), 0 when none; as last read by this replica\'s worker.',
+      help: "Age of the oldest unfinished disable (since it was first requested), 0 when none; as last read by this replica's worker.",
       registers: [registry],
     }),
     workerAttempts: new Counter({

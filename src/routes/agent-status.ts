@@ -1,4 +1,4 @@
-import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { type FastifyPluginAsyncTypebox, Type } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
 import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
 import { problemDetails } from '../errors.js';
@@ -20,7 +20,10 @@ export const rateLimitHeaders = {
     type: 'string',
     description: 'The IETF draft RateLimit-Policy field, `"partner";q=<requests>;w=<window seconds>`, while a rate limit is configured.',
   },
-  ratelimit: { type: 'string', description: 'The IETF draft RateLimit field, `"partner";r=<requests left>;t=<seconds until the window resets>`.' },
+  ratelimit: {
+    type: 'string',
+    description: 'The IETF draft RateLimit field, `"partner";r=<requests left>;t=<seconds until the window resets>`.',
+  },
 };
 
 /** The statuses every partner route shares beyond its own: the limits of CONTRACT.md section 10. */
@@ -38,14 +41,23 @@ export const limitResponses = {
     },
     { ...retryAfterHeader, ...rateLimitHeaders },
   ),
-  503: problemResponse(503, 'The service is overloaded or shutting down. Nothing was changed. Repeat after `Retry-After` seconds.', {
-    unavailable: { summary: 'Shedding load', kind: 'unavailable', detail: problemDetails.unavailable },
-  }, retryAfterHeader),
+  503: problemResponse(
+    503,
+    'The service is overloaded or shutting down. Nothing was changed. Repeat after `Retry-After` seconds.',
+    {
+      unavailable: { summary: 'Shedding load', kind: 'unavailable', detail: problemDetails.unavailable },
+    },
+    retryAfterHeader,
+  ),
 };
 
 export const AgentStatusRequest = Type.Object(
   {
-    agentId: Type.String({ pattern: agentIdPattern, description: 'Agent to update, `us-east-1:<uuid>`; must belong to your network.', examples: [exampleAgentId] }),
+    agentId: Type.String({
+      pattern: agentIdPattern,
+      description: 'Agent to update, `us-east-1:<uuid>`; must belong to your network.',
+      examples: [exampleAgentId],
+    }),
     enabled: Type.Boolean({ description: '`false` disables the agent and pauses its campaigns; `true` enables it and resumes nothing.' }),
   },
   { additionalProperties: false, description: 'The agent and the state to set: exactly these two properties, anything else is a 400.' },
@@ -58,7 +70,8 @@ export const AgentStatusResponse = Type.Object(
     enabled: Type.Boolean({ description: 'The resulting state: `false` after a disable, `true` after an enable.' }),
     pausedCampaignCount: Type.Integer({
       minimum: 0,
-      description: 'Campaigns this call moved from unpaused to paused; `0` on enable, and `0` when a repeated disable finds nothing left to pause.',
+      description:
+        'Campaigns this call moved from unpaused to paused; `0` on enable, and `0` when a repeated disable finds nothing left to pause.',
     }),
   },
   { additionalProperties: false },
@@ -85,7 +98,10 @@ export interface AgentStatusRouteDeps {
   requestDeadlineMs: number;
 }
 
-export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> = async (app, { agentStatus, metrics, guard, requestDeadlineMs }) => {
+export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> = async (
+  app,
+  { agentStatus, metrics, guard, requestDeadlineMs },
+) => {
   app.post(
     '/partner/agents/status',
     {
@@ -117,45 +133,86 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
               },
             },
           },
-          400: problemResponse(400, 'The body is not a JSON object with exactly `agentId` (`us-east-1:<uuid>`) and `enabled` (boolean), or is not valid JSON. Nothing was changed.', {
-            unknownProperty: { summary: 'A property other than agentId and enabled', kind: 'validation', detail: 'unknown property "networkId"; only agentId and enabled are accepted' },
-            malformedAgentId: { summary: 'agentId not of the form us-east-1:<uuid>', kind: 'validation', detail: 'agentId must have the form us-east-1:<uuid> (lowercase hexadecimal)' },
-            wrongType: { summary: 'enabled given as a string', kind: 'validation', detail: 'enabled must be of type boolean' },
-            malformedJson: { summary: 'A body that is not valid JSON', kind: 'validation', detail: 'body is not valid JSON' },
-          }),
-          401: problemResponse(401, 'The `x-api-key` header is missing or holds no valid key. Checked before anything else, whatever the body.', {
-            missing: { summary: 'No x-api-key header', kind: 'unauthorized', detail: 'x-api-key header is required' },
-            unknown: { summary: 'A key that is not valid', kind: 'unauthorized', detail: 'API key is not valid' },
-          }),
-          404: problemResponse(404, 'No agent with this `agentId` exists in your network. An agent of another network gets exactly this answer, byte for byte apart from the request id. Nothing was changed.', {
-            notInNetwork: { summary: 'Agent not in your network', kind: 'notFound', detail: 'No agent with this agentId exists in your network.' },
-          }),
+          400: problemResponse(
+            400,
+            'The body is not a JSON object with exactly `agentId` (`us-east-1:<uuid>`) and `enabled` (boolean), or is not valid JSON. Nothing was changed.',
+            {
+              unknownProperty: {
+                summary: 'A property other than agentId and enabled',
+                kind: 'validation',
+                detail: 'unknown property "networkId"; only agentId and enabled are accepted',
+              },
+              malformedAgentId: {
+                summary: 'agentId not of the form us-east-1:<uuid>',
+                kind: 'validation',
+                detail: 'agentId must have the form us-east-1:<uuid> (lowercase hexadecimal)',
+              },
+              wrongType: { summary: 'enabled given as a string', kind: 'validation', detail: 'enabled must be of type boolean' },
+              malformedJson: { summary: 'A body that is not valid JSON', kind: 'validation', detail: 'body is not valid JSON' },
+            },
+          ),
+          401: problemResponse(
+            401,
+            'The `x-api-key` header is missing or holds no valid key. Checked before anything else, whatever the body.',
+            {
+              missing: { summary: 'No x-api-key header', kind: 'unauthorized', detail: 'x-api-key header is required' },
+              unknown: { summary: 'A key that is not valid', kind: 'unauthorized', detail: 'API key is not valid' },
+            },
+          ),
+          404: problemResponse(
+            404,
+            'No agent with this `agentId` exists in your network. An agent of another network gets exactly this answer, byte for byte apart from the request id. Nothing was changed.',
+            {
+              notInNetwork: {
+                summary: 'Agent not in your network',
+                kind: 'notFound',
+                detail: 'No agent with this agentId exists in your network.',
+              },
+            },
+          ),
           413: problemResponse(413, `The body is larger than ${app.initialConfig.bodyLimit! / 1024} KiB. Nothing was changed.`, {
             tooLarge: { summary: 'Body over 16 KiB', kind: 'payloadTooLarge', detail: 'The request body must be at most 16 KiB.' },
           }),
           415: problemResponse(415, 'The `Content-Type` is not `application/json`. Nothing was changed.', {
-            notJson: { summary: 'Content-Type other than JSON', kind: 'unsupportedMediaType', detail: 'Content-Type must be application/json.' },
+            notJson: {
+              summary: 'Content-Type other than JSON',
+              kind: 'unsupportedMediaType',
+              detail: 'Content-Type must be application/json.',
+            },
           }),
-          409: problemResponse(409, 'An enable of this agent was answered after this disable was requested: the disable stopped pausing campaigns (`pausedCampaignCount` says how many it paused before). The agent is enabled.', {
-            superseded: { summary: 'Superseded by a later enable', kind: 'superseded', detail: problemDetails.superseded, extension: { pausedCampaignCount: 12 } },
-          }),
+          409: problemResponse(
+            409,
+            'An enable of this agent was answered after this disable was requested: the disable stopped pausing campaigns (`pausedCampaignCount` says how many it paused before). The agent is enabled.',
+            {
+              superseded: {
+                summary: 'Superseded by a later enable',
+                kind: 'superseded',
+                detail: problemDetails.superseded,
+                extension: { pausedCampaignCount: 12 },
+              },
+            },
+          ),
           ...limitResponses,
-          500: problemResponse(500, 'The request did not complete. On a disable whose agent is already disabled, `pausedCampaignCount` and `remainingCampaignCount` say how far it got, and the service goes on pausing the rest by itself (the status endpoint shows the progress). Repeating the request is always safe.', {
-            pauseNotConfirmed: {
-              summary: 'A system holding campaign state did not confirm every pause',
-              kind: 'dependencyFailure',
-              detail: problemDetails.pause,
-              extension: { pausedCampaignCount: 200, remainingCampaignCount: 40 },
+          500: problemResponse(
+            500,
+            'The request did not complete. On a disable whose agent is already disabled, `pausedCampaignCount` and `remainingCampaignCount` say how far it got, and the service goes on pausing the rest by itself (the status endpoint shows the progress). Repeating the request is always safe.',
+            {
+              pauseNotConfirmed: {
+                summary: 'A system holding campaign state did not confirm every pause',
+                kind: 'dependencyFailure',
+                detail: problemDetails.pause,
+                extension: { pausedCampaignCount: 200, remainingCampaignCount: 40 },
+              },
+              deadline: {
+                summary: 'Pausing takes longer than one request may',
+                kind: 'dependencyFailure',
+                detail: problemDetails.deadline,
+                extension: { pausedCampaignCount: 9000, remainingCampaignCount: 3000 },
+              },
+              databaseUnavailable: { summary: 'The database did not answer', kind: 'dependencyFailure', detail: problemDetails.database },
+              unexpected: { summary: 'An unexpected error', kind: 'internal', detail: 'An unexpected error occurred.' },
             },
-            deadline: {
-              summary: 'Pausing takes longer than one request may',
-              kind: 'dependencyFailure',
-              detail: problemDetails.deadline,
-              extension: { pausedCampaignCount: 9000, remainingCampaignCount: 3000 },
-            },
-            databaseUnavailable: { summary: 'The database did not answer', kind: 'dependencyFailure', detail: problemDetails.database },
-            unexpected: { summary: 'An unexpected error', kind: 'internal', detail: 'An unexpected error occurred.' },
-          }),
+          ),
         },
       },
       config: {

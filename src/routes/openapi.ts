@@ -96,7 +96,7 @@ type TransformObjectResult = ReturnType<NonNullable<FastifyDynamicSwaggerOptions
  * response (the onRequest hook of src/app.ts sets it on every answer). Must be registered before
  * the routes it documents. `docs/openapi.json` is the committed copy (npm run openapi).
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- any logger and type provider
+// biome-ignore lint/suspicious/noExplicitAny: the plugin takes any logger and type provider
 export async function registerOpenApi(app: FastifyInstance<any, any, any, any, any>): Promise<void> {
   await app.register(swagger, {
     openapi: {

@@ -1,5 +1,5 @@
-import { trace } from '@opentelemetry/api';
 import rateLimit from '@fastify/rate-limit';
+import { trace } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { PartnerKeyStore } from '../auth/partner-keys.js';
@@ -35,7 +35,10 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
     if (!partner) {
       const reason = typeof apiKey === 'string' && apiKey.length > 0 ? 'unknown' : 'missing';
       metrics.authFailures.inc({ reason });
-      return sendProblem(reply, problem('unauthorized', reason === 'missing' ? 'x-api-key header is required' : 'API key is not valid', request.id));
+      return sendProblem(
+        reply,
+        problem('unauthorized', reason === 'missing' ? 'x-api-key header is required' : 'API key is not valid', request.id),
+      );
     }
     request.partner = partner;
     request.audit.partner = partner.name;
@@ -69,7 +72,10 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
       metrics.rateLimitStoreErrors.inc();
       if (Date.now() - lastFailOpenLog > 10_000) {
         lastFailOpenLog = Date.now();
-        request.log.warn({ dependency: 'redis', reason: (error as Error).message.slice(0, 120) }, 'rate limit unavailable; letting requests through');
+        request.log.warn(
+          { dependency: 'redis', reason: (error as Error).message.slice(0, 120) },
+          'rate limit unavailable; letting requests through',
+        );
       }
       return;
     }

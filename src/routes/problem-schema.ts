@@ -1,5 +1,5 @@
 import { Type } from '@fastify/type-provider-typebox';
-import { problem, problemTypes, type Problem, type ProblemKind } from '../errors.js';
+import { type Problem, type ProblemKind, problem, problemTypes } from '../errors.js';
 
 /**
  * RFC 9457 problem details as this service sends them (see src/errors.ts). Registered once with
@@ -10,19 +10,24 @@ export const ProblemSchema = Type.Object(
   {
     type: Type.String({
       format: 'uri',
-      description: 'Stable identifier of the kind of problem, a URN such as `urn:partner-agent-status:problem:not-found`. Match on this, not on `title` or `detail`; treat a type you do not know by its `status`.',
+      description:
+        'Stable identifier of the kind of problem, a URN such as `urn:partner-agent-status:problem:not-found`. Match on this, not on `title` or `detail`; treat a type you do not know by its `status`.',
     }),
     title: Type.String({ description: 'Short summary of the kind of problem; the same for every problem of one `type`.' }),
     status: Type.Integer({ minimum: 400, maximum: 599, description: 'The HTTP status code of the response.' }),
     detail: Type.String({ description: 'What went wrong with this request and how to fix it.' }),
     requestId: Type.String({ description: 'The `x-request-id` of the request; quote it to support.' }),
     pausedCampaignCount: Type.Optional(
-      Type.Integer({ minimum: 0, description: 'On a disable that did not finish (500) or was superseded (409): campaigns this call paused.' }),
+      Type.Integer({
+        minimum: 0,
+        description: 'On a disable that did not finish (500) or was superseded (409): campaigns this call paused.',
+      }),
     ),
     remainingCampaignCount: Type.Optional(
       Type.Integer({
         minimum: 0,
-        description: 'On a disable that did not finish (500): active, unpaused campaigns of the agent still to pause. The service goes on pausing them by itself.',
+        description:
+          'On a disable that did not finish (500): active, unpaused campaigns of the agent still to pause. The service goes on pausing them by itself.',
       }),
     ),
   },
@@ -50,7 +55,12 @@ export interface ProblemExample {
  * Examples are built with `problem()` itself, so their `type`, `title` and `status` are the ones
  * the service sends.
  */
-export function problemResponse(status: number, description: string, examples: Record<string, ProblemExample>, headers?: Record<string, unknown>) {
+export function problemResponse(
+  status: number,
+  description: string,
+  examples: Record<string, ProblemExample>,
+  headers?: Record<string, unknown>,
+) {
   const built: Record<string, { summary: string; value: Problem }> = {};
   const kinds = new Set<ProblemKind>();
   for (const [name, { summary, kind, detail, extension }] of Object.entries(examples)) {

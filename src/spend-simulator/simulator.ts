@@ -84,7 +84,14 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
   });
 
   app.get('/healthz', async () => ({ status: 'ok' }));
-  app.get('/_simulator/state', async () => ({ mode, delayMs, failStatus, failAfter, pausedCount: paused.size, requestCount: requests.length }));
+  app.get('/_simulator/state', async () => ({
+    mode,
+    delayMs,
+    failStatus,
+    failAfter,
+    pausedCount: paused.size,
+    requestCount: requests.length,
+  }));
   app.put('/_simulator/mode', { schema: { body: ModeBody } }, async (request) => {
     mode = request.body.mode;
     delayMs = request.body.delayMs ?? delayMs;
@@ -96,15 +103,23 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     const { campaignId } = request.params as { campaignId: string };
     return { campaignId, paused: paused.has(campaignId) };
   });
-  app.post('/_simulator/paused/query', { schema: { body: Type.Object({ campaignIds: Type.Array(Type.String(), { maxItems: 10_000 }) }) } }, async (request) => ({
-    paused: request.body.campaignIds.filter((id) => paused.has(id)),
-  }));
+  app.post(
+    '/_simulator/paused/query',
+    { schema: { body: Type.Object({ campaignIds: Type.Array(Type.String(), { maxItems: 10_000 }) }) } },
+    async (request) => ({
+      paused: request.body.campaignIds.filter((id) => paused.has(id)),
+    }),
+  );
   app.get('/_simulator/requests', async () => ({ requests }));
-  app.put('/_simulator/refused', { schema: { body: Type.Object({ campaignIds: Type.Array(Type.String(), { maxItems: 10_000 }) }) } }, async (request) => {
-    refused.clear();
-    for (const id of request.body.campaignIds) refused.add(id);
-    return { refused: [...refused] };
-  });
+  app.put(
+    '/_simulator/refused',
+    { schema: { body: Type.Object({ campaignIds: Type.Array(Type.String(), { maxItems: 10_000 }) }) } },
+    async (request) => {
+      refused.clear();
+      for (const id of request.body.campaignIds) refused.add(id);
+      return { refused: [...refused] };
+    },
+  );
   app.post('/_simulator/reset', async () => {
     paused.clear();
     refused.clear();

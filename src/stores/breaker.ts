@@ -36,7 +36,15 @@ export function createBreaker<A extends unknown[], R>(
   breaker.on('open', () => metrics.breakerState.set({ breaker: name }, breakerStateValue.open));
   breaker.on('halfOpen', () => metrics.breakerState.set({ breaker: name }, breakerStateValue.half_open));
   breaker.on('close', () => metrics.breakerState.set({ breaker: name }, breakerStateValue.closed));
-  const events = { success: 'success', failure: 'failure', timeout: 'timeout', reject: 'reject', open: 'open', halfOpen: 'half_open', close: 'close' } as const;
+  const events = {
+    success: 'success',
+    failure: 'failure',
+    timeout: 'timeout',
+    reject: 'reject',
+    open: 'open',
+    halfOpen: 'half_open',
+    close: 'close',
+  } as const;
   for (const [event, label] of Object.entries(events)) {
     breaker.on(event as 'success', () => metrics.breakerEvents.inc({ breaker: name, event: label }));
   }

@@ -1,8 +1,8 @@
 import { createPgDriverFactory } from '@slonik/pg-driver';
-import { createPool, sql, type DatabasePool } from 'slonik';
+import { createPool, type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
-import { DependencyError, timedCall, type DependencyFailure } from './dependency-error.js';
+import { DependencyError, type DependencyFailure, timedCall } from './dependency-error.js';
 
 export interface PoolOptions {
   url: string;
@@ -108,7 +108,13 @@ export interface AgentRepository {
    * agent_approved = false, the pending row upserted (claimed for this request unless another live
    * run holds it), a change row appended, and the first batch read; undefined: not in the network.
    */
-  disable(networkId: string, agentId: string, author: ChangeAuthor, lease: Lease & { traceParent: string | null }, batchSize: number): Promise<DisableOutcome | undefined>;
+  disable(
+    networkId: string,
+    agentId: string,
+    author: ChangeAuthor,
+    lease: Lease & { traceParent: string | null },
+    batchSize: number,
+  ): Promise<DisableOutcome | undefined>;
   readStatus(networkId: string, agentId: string): Promise<AgentStatusView | undefined>;
   /** Renews the lease and reads the next batch after `after`; held false: the claim is gone. */
   nextBatch(agentId: string, lease: Lease, after: string | null, batchSize: number): Promise<{ held: boolean; ids: string[] }>;
@@ -118,7 +124,12 @@ export interface AgentRepository {
   /** Deletes the pending row if no active, unpaused campaign is left; whether it did. */
   finish(agentId: string, claimToken: string): Promise<boolean>;
   /** Gives up the claim: due again after a capped exponential backoff, or at once. */
-  release(agentId: string, claimToken: string, when: { backoff: { baseMs: number; maxMs: number } } | 'now', lastError: string | null): Promise<void>;
+  release(
+    agentId: string,
+    claimToken: string,
+    when: { backoff: { baseMs: number; maxMs: number } } | 'now',
+    lastError: string | null,
+  ): Promise<void>;
   /** Claims the pending row when no live run holds it. */
   takeOver(agentId: string, lease: Lease): Promise<{ claimed: boolean; pending: boolean }>;
   /** Whether an enable of the agent was recorded after the given change. */
@@ -139,7 +150,11 @@ function classify(error: unknown): DependencyFailure {
   const code = (error as { code?: string }).code ?? '';
   if (name === 'StatementTimeoutError' || code === '57014') return 'timeout';
   if (name.endsWith('ConstraintViolationError') || code.startsWith('23') || code === 'P0001') return 'constraint';
-  if (name === 'ConnectionError' || /^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|57P0\d|08\d\d\d)$/.test(code) || /terminat|connect/i.test((error as Error).message ?? '')) {
+  if (
+    name === 'ConnectionError' ||
+    /^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|57P0\d|08\d\d\d)$/.test(code) ||
+    /terminat|connect/i.test((error as Error).message ?? '')
+  ) {
     return 'unavailable';
   }
   return 'error';
@@ -147,7 +162,13 @@ function classify(error: unknown): DependencyFailure {
 
 export function createAgentRepository(pool: DatabasePool, metrics: Metrics): AgentRepository {
   const timed = <T>(operation: string, run: () => Promise<T>) =>
-    timedCall(metrics, 'postgres', operation, run, (error) => new DependencyError('postgres', classify(error), `${operation}: ${(error as Error).name}`));
+    timedCall(
+      metrics,
+      'postgres',
+      operation,
+      run,
+      (error) => new DependencyError('postgres', classify(error), `${operation}: ${(error as Error).name}`),
+    );
 
   const unpausedOf = (agentId: string) => sql.fragment`c.agent_id = ${agentId} AND c.active AND NOT c.paused`;
 

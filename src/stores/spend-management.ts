@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import got, { HTTPError, RequestError, type Got } from 'got';
+import got, { type Got, HTTPError, RequestError } from 'got';
 import type { Logger } from 'pino';
 import type { Metrics } from '../observability/metrics.js';
 import { DependencyError, timedCall } from './dependency-error.js';
@@ -43,7 +43,10 @@ export function createSpendManagementClient(options: SpendManagementOptions): Sp
       const status = error.response.statusCode;
       if (status === 401 || status === 403) {
         options.metrics.spendManagementAuthFailures.inc({ status: String(status) });
-        options.log.error({ dependency: 'spend_management', status }, 'spend management refused our credentials: check SPEND_MANAGEMENT_TOKEN');
+        options.log.error(
+          { dependency: 'spend_management', status },
+          'spend management refused our credentials: check SPEND_MANAGEMENT_TOKEN',
+        );
         return new DependencyError('spend_management', 'unauthorized', `HTTP ${status}`, status);
       }
       return new DependencyError('spend_management', 'bad_response', `HTTP ${status}`, status);

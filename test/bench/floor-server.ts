@@ -66,10 +66,10 @@ switch (floor) {
     app.post<{ Body: EnableBody }>('/floor', { schema: { body: enableBody } }, async (request, reply) => {
       const partner = keys.get(String(request.headers['x-api-key']));
       if (!partner) return reply.code(401).send({ status: 401 });
-      const { rowCount } = await pool.query(
-        'UPDATE agents SET agent_approved = true WHERE agent_id = $1 AND network_id = $2::uuid',
-        [request.body.agentId, partner.networkId],
-      );
+      const { rowCount } = await pool.query('UPDATE agents SET agent_approved = true WHERE agent_id = $1 AND network_id = $2::uuid', [
+        request.body.agentId,
+        partner.networkId,
+      ]);
       if (rowCount !== 1) return reply.code(404).send({ status: 404 });
       return { agentId: request.body.agentId, networkId: partner.networkId, enabled: true, pausedCampaignCount: 0 };
     });
@@ -93,7 +93,11 @@ switch (floor) {
       const partner = keys.get(String(request.headers['x-api-key']));
       if (!partner) return reply.code(401).send({ status: 401 });
       const [count, ttlMs] = await hit(`rate:${partner.networkId}`, windowMs);
-      if (count > max) return reply.code(429).header('retry-after', Math.ceil(ttlMs / 1000)).send({ status: 429 });
+      if (count > max)
+        return reply
+          .code(429)
+          .header('retry-after', Math.ceil(ttlMs / 1000))
+          .send({ status: 429 });
       const { rowCount } = await pool.query(
         `WITH agent AS (UPDATE agents SET agent_approved = true WHERE agent_id = $1 AND network_id = $2::uuid
                         RETURNING agent_id, network_id),

@@ -21,7 +21,12 @@ export interface LoadPlan {
 }
 
 /** What autocannon saw, as a figure; any unexpected status, error or time-out is returned as a problem. */
-function summarise(name: string, result: autocannon.Result, expectStatus: number, measuredSeconds?: number): { figure: LoadFigure; problems: string[] } {
+function summarise(
+  name: string,
+  result: autocannon.Result,
+  expectStatus: number,
+  measuredSeconds?: number,
+): { figure: LoadFigure; problems: string[] } {
   const statusCounts = Object.fromEntries(
     Object.entries(result.statusCodeStats as Record<string, { count: number }>).map(([status, { count }]) => [status, count]),
   );
@@ -61,7 +66,11 @@ export async function measure(
   const problems: string[] = [];
   let answeredAsExpected = 0;
   if (options.amount === undefined && plan.warmupSeconds > 0) {
-    const warmup = summarise(`${name} (warm-up)`, await autocannon({ connections: plan.connections, ...options, duration: plan.warmupSeconds }), expectStatus);
+    const warmup = summarise(
+      `${name} (warm-up)`,
+      await autocannon({ connections: plan.connections, ...options, duration: plan.warmupSeconds }),
+      expectStatus,
+    );
     problems.push(...warmup.problems);
     answeredAsExpected += warmup.figure.statusCounts[expectStatus] ?? 0;
   }
@@ -69,8 +78,11 @@ export async function measure(
   // such a run is taken here, from the start to the last answer.
   const started = performance.now();
   let lastAnswer = started;
-  const instance = autocannon({ connections: plan.connections, ...(options.amount === undefined ? { duration: plan.seconds } : {}), ...options }) as unknown as autocannon.Instance &
-    PromiseLike<autocannon.Result>;
+  const instance = autocannon({
+    connections: plan.connections,
+    ...(options.amount === undefined ? { duration: plan.seconds } : {}),
+    ...options,
+  }) as unknown as autocannon.Instance & PromiseLike<autocannon.Result>;
   if (options.amount !== undefined) instance.on('response', () => (lastAnswer = performance.now()));
   const run = await instance;
   const summary = summarise(name, run, expectStatus, options.amount === undefined ? undefined : (lastAnswer - started) / 1000);

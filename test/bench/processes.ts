@@ -1,7 +1,7 @@
 // Child processes of the benchmark: the service and each floor run in their own process, pinned to
 // core 0 when taskset is there (the benchmark itself, which generates the load, pins itself to
 // core 1), so that every figure of one run is taken under the same conditions.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import { request } from 'node:http';

@@ -100,7 +100,13 @@ export function writeResults(dir: string, quick: boolean, at: Date, document: un
     writeFileSync(path, text);
     return [path];
   }
-  const dated = join(dir, `${at.toISOString().replace(/:/g, '-').replace(/\.\d+Z$/, 'Z')}.json`);
+  const dated = join(
+    dir,
+    `${at
+      .toISOString()
+      .replace(/:/g, '-')
+      .replace(/\.\d+Z$/, 'Z')}.json`,
+  );
   const latest = join(dir, 'latest.json');
   writeFileSync(dated, text);
   writeFileSync(latest, text);

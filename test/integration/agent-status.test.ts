@@ -132,14 +132,17 @@ describe('authentication: an x-api-key bound to one network, checked before anyt
   it('answers 401 for an unknown key, even with a body too large or of the wrong type', async () => {
     expect((await post({ agentId: 'x' }, { 'x-api-key': newApiKey() })).statusCode).toBe(401);
     const large = await svc.app.inject({
-      method: 'POST', url: '/partner/agents/status',
+      method: 'POST',
+      url: '/partner/agents/status',
       headers: { 'x-api-key': newApiKey(), 'content-type': 'application/json' },
       payload: JSON.stringify({ pad: 'x'.repeat(20_000) }),
     });
     expect(large.statusCode).toBe(401);
     const textual = await svc.app.inject({
-      method: 'POST', url: '/partner/agents/status',
-      headers: { 'x-api-key': newApiKey(), 'content-type': 'text/plain' }, payload: 'hello',
+      method: 'POST',
+      url: '/partner/agents/status',
+      headers: { 'x-api-key': newApiKey(), 'content-type': 'text/plain' },
+      payload: 'hello',
     });
     expect(textual.statusCode).toBe(401);
   });
@@ -148,8 +151,10 @@ describe('authentication: an x-api-key bound to one network, checked before anyt
     const agentId = await db.agent(networkA);
     expect((await post({ agentId, enabled: false }, { authorization: `Bearer ${keyA}` })).statusCode).toBe(401);
     const viaQuery = await svc.app.inject({
-      method: 'POST', url: `/partner/agents/status?x-api-key=${keyA}&api_key=${keyA}`,
-      headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ agentId, enabled: false }),
+      method: 'POST',
+      url: `/partner/agents/status?x-api-key=${keyA}&api_key=${keyA}`,
+      headers: { 'content-type': 'application/json' },
+      payload: JSON.stringify({ agentId, enabled: false }),
     });
     expect(viaQuery.statusCode).toBe(401);
     expect(await db.agentApproved(agentId)).toBe(true);
@@ -164,7 +169,7 @@ describe('authentication: an x-api-key bound to one network, checked before anyt
   });
 });
 
-describe('an agent outside the key\'s network is a 404, indistinguishable from one that exists nowhere', () => {
+describe("an agent outside the key's network is a 404, indistinguishable from one that exists nowhere", () => {
   it('answers 404 for an agent of another network and changes nothing there', async () => {
     const foreign = await db.agent(networkB);
     const ids = await db.campaigns(foreign, 2);
@@ -193,8 +198,16 @@ describe('an agent outside the key\'s network is a 404, indistinguishable from o
 
 describe('validation: a strict body, 400/413/415 as problem+json, nothing changed', () => {
   const cases: Array<[string, unknown, RegExp]> = [
-    ['an unknown property', { agentId: 'us-east-1:00000000-0000-4000-8000-000000000000', enabled: false, extra: 1 }, /unknown property "extra"/],
-    ['enabled as a string', { agentId: 'us-east-1:00000000-0000-4000-8000-000000000000', enabled: 'false' }, /enabled must be of type boolean/],
+    [
+      'an unknown property',
+      { agentId: 'us-east-1:00000000-0000-4000-8000-000000000000', enabled: false, extra: 1 },
+      /unknown property "extra"/,
+    ],
+    [
+      'enabled as a string',
+      { agentId: 'us-east-1:00000000-0000-4000-8000-000000000000', enabled: 'false' },
+      /enabled must be of type boolean/,
+    ],
     ['enabled as a number', { agentId: 'us-east-1:00000000-0000-4000-8000-000000000000', enabled: 0 }, /enabled must be of type boolean/],
     ['a malformed agentId', { agentId: 'eu-west-1:00000000-0000-4000-8000-000000000000', enabled: false }, /agentId must have the form/],
     ['an agentId without uuid', { agentId: 'us-east-1:abc', enabled: false }, /agentId must have the form/],
@@ -217,13 +230,22 @@ describe('validation: a strict body, 400/413/415 as problem+json, nothing change
   }
 
   it('answers 400 for an empty body', async () => {
-    const response = await svc.app.inject({ method: 'POST', url: '/partner/agents/status', headers: { 'x-api-key': keyA, 'content-type': 'application/json' } });
+    const response = await svc.app.inject({
+      method: 'POST',
+      url: '/partner/agents/status',
+      headers: { 'x-api-key': keyA, 'content-type': 'application/json' },
+    });
     expect(response.statusCode).toBe(400);
   });
 
   it('answers 415 for a body that is not JSON', async () => {
     for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
-      const response = await svc.app.inject({ method: 'POST', url: '/partner/agents/status', headers: { 'x-api-key': keyA, 'content-type': type }, payload: 'agentId=x' });
+      const response = await svc.app.inject({
+        method: 'POST',
+        url: '/partner/agents/status',
+        headers: { 'x-api-key': keyA, 'content-type': type },
+        payload: 'agentId=x',
+      });
       expect(response.statusCode).toBe(415);
       expect(response.json()).toMatchObject({ status: 415 });
     }

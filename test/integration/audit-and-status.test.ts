@@ -80,7 +80,13 @@ async function pendingRow(agentId: string): Promise<boolean> {
 /** The response is the given problem, as one comparison (one diff when it is not). */
 function problemOf(response: LightMyRequestResponse, status: number, kind: string) {
   const body = response.statusCode === status ? response.json() : {};
-  expect({ statusCode: response.statusCode, contentType: response.headers['content-type'], type: body.type, status: body.status, requestId: body.requestId }).toEqual({
+  expect({
+    statusCode: response.statusCode,
+    contentType: response.headers['content-type'],
+    type: body.type,
+    status: body.status,
+    requestId: body.requestId,
+  }).toEqual({
     statusCode: status,
     contentType: expect.stringMatching(/^application\/problem\+json/),
     type: `urn:partner-agent-status:problem:${kind}`,
@@ -139,7 +145,11 @@ describe('agent_status_changes: one row per request that reaches the status stat
     // 429: the limited network spends its budget of two, then asks for a change.
     const limitedAgent = await db.agent(networkLimited);
     for (let i = 0; i < 2; i += 1) {
-      const read = await limitedSvc.app.inject({ method: 'GET', url: `/partner/agents/${limitedAgent}/status`, headers: { 'x-api-key': keyLimited } });
+      const read = await limitedSvc.app.inject({
+        method: 'GET',
+        url: `/partner/agents/${limitedAgent}/status`,
+        headers: { 'x-api-key': keyLimited },
+      });
       expect(read.statusCode).toBe(200);
     }
     problemOf(await post({ agentId: limitedAgent, enabled: false }, keyLimited, limitedSvc), 429, 'rate-limited');
@@ -156,10 +166,10 @@ describe('agent_status_changes: one row per request that reaches the status stat
     await post({ agentId, enabled: false });
     await post({ agentId, enabled: true });
     for (const table of ['agent_status_changes', 'pending_disables']) {
-      const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${table} t WHERE strpos(row_to_json(t)::text, $1) > 0 OR strpos(row_to_json(t)::text, $2) > 0`, [
-        keyA,
-        keyB,
-      ]);
+      const { rows } = await db.pool.query(
+        `SELECT count(*)::int AS n FROM ${table} t WHERE strpos(row_to_json(t)::text, $1) > 0 OR strpos(row_to_json(t)::text, $2) > 0`,
+        [keyA, keyB],
+      );
       expect(rows[0].n).toBe(0);
     }
     const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM agent_status_changes WHERE agent_id = $1', [agentId]);
@@ -215,13 +225,31 @@ describe('GET /partner/agents/{agentId}/status', () => {
     const before = await getStatus(agentId);
     expect(before.statusCode).toBe(200);
     expect(before.headers['content-type']).toMatch(/^application\/json/);
-    expect(before.json()).toEqual({ agentId, networkId: networkA, enabled: true, activeUnpausedCampaignCount: 3, disableInProgress: false });
+    expect(before.json()).toEqual({
+      agentId,
+      networkId: networkA,
+      enabled: true,
+      activeUnpausedCampaignCount: 3,
+      disableInProgress: false,
+    });
 
     expect((await post({ agentId, enabled: false })).statusCode).toBe(200);
-    expect((await getStatus(agentId)).json()).toEqual({ agentId, networkId: networkA, enabled: false, activeUnpausedCampaignCount: 0, disableInProgress: false });
+    expect((await getStatus(agentId)).json()).toEqual({
+      agentId,
+      networkId: networkA,
+      enabled: false,
+      activeUnpausedCampaignCount: 0,
+      disableInProgress: false,
+    });
 
     expect((await post({ agentId, enabled: true })).statusCode).toBe(200);
-    expect((await getStatus(agentId)).json()).toEqual({ agentId, networkId: networkA, enabled: true, activeUnpausedCampaignCount: 0, disableInProgress: false });
+    expect((await getStatus(agentId)).json()).toEqual({
+      agentId,
+      networkId: networkA,
+      enabled: true,
+      activeUnpausedCampaignCount: 0,
+      disableInProgress: false,
+    });
   });
 
   it('takes the agent id with its colon as is or percent-encoded', async () => {
@@ -232,13 +260,24 @@ describe('GET /partner/agents/{agentId}/status', () => {
     const encodedLower = await getStatus(agentId.replace(':', '%3a'));
     for (const response of [raw, encoded, encodedLower]) {
       expect(response.statusCode).toBe(200);
-      expect(response.json()).toEqual({ agentId, networkId: networkA, enabled: true, activeUnpausedCampaignCount: 2, disableInProgress: false });
+      expect(response.json()).toEqual({
+        agentId,
+        networkId: networkA,
+        enabled: true,
+        activeUnpausedCampaignCount: 2,
+        disableInProgress: false,
+      });
     }
   });
 
   it('answers 400 for a malformed id and 401 without a valid key', async () => {
     const agentId = await db.agent(networkA);
-    for (const malformed of ['us-east-1:not-a-uuid', agentId.toUpperCase().replace('US-EAST-1', 'us-east-1'), `eu-west-1:${randomUUID()}`, randomUUID()]) {
+    for (const malformed of [
+      'us-east-1:not-a-uuid',
+      agentId.toUpperCase().replace('US-EAST-1', 'us-east-1'),
+      `eu-west-1:${randomUUID()}`,
+      randomUUID(),
+    ]) {
       const body = problemOf(await getStatus(encodeURIComponent(malformed)), 400, 'validation');
       expect(body.detail).toMatch(/agentId/);
     }

@@ -7,9 +7,9 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { createSpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { databaseUrl } from '../support/database-url.js';
 import { startServiceProcess } from '../support/process.js';
 import { keysDocument } from '../support/service.js';
-import { databaseUrl } from '../support/database-url.js';
 
 // CONTRACT.md sections 7 and 9 at the level of whole processes: the built service (as `npm start`
 // runs it) killed, drained and run twice over one database, against the real PostgreSQL and Redis
@@ -106,15 +106,24 @@ async function storesAgree(agentId: string, ids: readonly string[]) {
   const inDatabase = await db.pausedIds(agentId);
   const inRedis = await pausedInRedis(ids);
   const inSpendManagement = new Set(ids.filter((id) => sim.isPaused(id)));
-  expect([...inDatabase].filter((id) => !inRedis.has(id)), 'paused in the database but not in Redis').toEqual([]);
-  expect([...inDatabase].filter((id) => !inSpendManagement.has(id)), 'paused in the database but not in spend management').toEqual([]);
+  expect(
+    [...inDatabase].filter((id) => !inRedis.has(id)),
+    'paused in the database but not in Redis',
+  ).toEqual([]);
+  expect(
+    [...inDatabase].filter((id) => !inSpendManagement.has(id)),
+    'paused in the database but not in spend management',
+  ).toEqual([]);
   return { inDatabase, inRedis, inSpendManagement };
 }
 
 /** Pause calls the simulator received for these campaigns, from index `from` of its log on. */
 function callsFor(ids: readonly string[], from = 0) {
   const mine = new Set(ids);
-  return sim.requests().slice(from).filter((call) => call.campaignIds.some((id) => mine.has(id)));
+  return sim
+    .requests()
+    .slice(from)
+    .filter((call) => call.campaignIds.some((id) => mine.has(id)));
 }
 
 /** The convergence worker's attempt lines of one process for one agent. */
@@ -164,7 +173,9 @@ async function expectAllPaused(agentId: string, ids: readonly string[]): Promise
 }
 
 describe('SIGKILL in the middle of a long disable', () => {
-  it('leaves the stores consistent, and the restarted process finishes the disable with no further request', { timeout: 180_000 }, async () => {
+  it('leaves the stores consistent, and the restarted process finishes the disable with no further request', {
+    timeout: 180_000,
+  }, async () => {
     const env = { ...baseEnv, DISABLE_BATCHES_IN_FLIGHT: '1' };
     let first: ServiceProcess | undefined;
     let second: ServiceProcess | undefined;
@@ -196,7 +207,10 @@ describe('SIGKILL in the middle of a long disable', () => {
       expect(await db.agentApproved(agentId)).toBe(false);
       expect(await changeRows(agentId)).toEqual([{ enabled: false }]); // one request, nothing more
       // The second process's worker moved exactly what the first had not committed.
-      await vi.waitFor(() => expect(workerAttempts(second!, agentId).some((a) => a.outcome === 'completed')).toBe(true), { timeout: 10_000, interval: 50 });
+      await vi.waitFor(() => expect(workerAttempts(second!, agentId).some((a) => a.outcome === 'completed')).toBe(true), {
+        timeout: 10_000,
+        interval: 50,
+      });
       const movedBySecond = workerAttempts(second, agentId).reduce((sum, a) => sum + (a.pausedCampaignCount ?? 0), 0);
       expect(movedBySecond).toBe(ids.length - atKill.inDatabase.size);
     } finally {
@@ -251,7 +265,10 @@ describe('two processes on one database converge one failed disable', () => {
       const successful = callsFor(ids, switchedAt);
       const timesPaused = new Map<string, number>();
       for (const call of successful) for (const id of call.campaignIds) timesPaused.set(id, (timesPaused.get(id) ?? 0) + 1);
-      expect([...timesPaused.entries()].filter(([, n]) => n !== 1), 'campaigns paused more than once').toEqual([]);
+      expect(
+        [...timesPaused.entries()].filter(([, n]) => n !== 1),
+        'campaigns paused more than once',
+      ).toEqual([]);
       expect(new Set(timesPaused.keys())).toEqual(new Set(ids));
 
       await expectAllPaused(agentId, ids);
@@ -269,7 +286,9 @@ describe('two processes on one database converge one failed disable', () => {
 });
 
 describe('SIGTERM with a disable in flight whose client has gone', () => {
-  it('exits 0 within the shutdown bound, leaves the row released and consistent, and a new process finishes it', { timeout: 180_000 }, async () => {
+  it('exits 0 within the shutdown bound, leaves the row released and consistent, and a new process finishes it', {
+    timeout: 180_000,
+  }, async () => {
     const shutdownTimeoutMs = 3_000;
     const env = { ...baseEnv, DISABLE_BATCHES_IN_FLIGHT: '1', SHUTDOWN_TIMEOUT_MS: String(shutdownTimeoutMs) };
     let first: ServiceProcess | undefined;
@@ -328,7 +347,9 @@ describe('SIGTERM with a disable in flight whose client has gone', () => {
 });
 
 describe('an enable on one process stops a disable running on another', () => {
-  it('answers the disable 409, sends no new pause call after the enable answered, and leaves the stores in agreement', { timeout: 180_000 }, async () => {
+  it('answers the disable 409, sends no new pause call after the enable answered, and leaves the stores in agreement', {
+    timeout: 180_000,
+  }, async () => {
     const batchesInFlight = 2;
     const env = { ...baseEnv, DISABLE_BATCHES_IN_FLIGHT: String(batchesInFlight) };
     const agentId = await db.agent(networkId);

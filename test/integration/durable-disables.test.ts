@@ -16,7 +16,12 @@ beforeAll(async () => {
   svc = await startTestService({
     partners: [{ key, networkId, name: 'durable' }],
     // The worker polls only when a test asks it to (pollNow), so each test decides when it runs.
-    env: { WORKER_POLL_INTERVAL_MS: '60000', WORKER_BACKOFF_BASE_MS: '10', WORKER_BACKOFF_MAX_MS: '20', SPEND_MANAGEMENT_TIMEOUT_MS: '500' },
+    env: {
+      WORKER_POLL_INTERVAL_MS: '60000',
+      WORKER_BACKOFF_BASE_MS: '10',
+      WORKER_BACKOFF_MAX_MS: '20',
+      SPEND_MANAGEMENT_TIMEOUT_MS: '500',
+    },
   });
 });
 
@@ -27,13 +32,17 @@ afterAll(async () => {
 
 const disable = (service: TestService, agentId: string) =>
   service.app.inject({
-    method: 'POST', url: '/partner/agents/status',
+    method: 'POST',
+    url: '/partner/agents/status',
     headers: { 'x-api-key': key, 'content-type': 'application/json' },
     payload: { agentId, enabled: false },
   });
 
 async function pendingRow(agentId: string) {
-  const { rows } = await db.pool.query('SELECT attempts, last_error, claim_token, next_attempt_at <= now() AS due FROM pending_disables WHERE agent_id = $1', [agentId]);
+  const { rows } = await db.pool.query(
+    'SELECT attempts, last_error, claim_token, next_attempt_at <= now() AS due FROM pending_disables WHERE agent_id = $1',
+    [agentId],
+  );
   return rows[0] as { attempts: number; last_error: string | null; claim_token: string | null; due: boolean } | undefined;
 }
 
@@ -73,14 +82,20 @@ describe('a campaign spend management leaves out of "paused"', () => {
     try {
       const response = await disable(svc, agentId);
       expect(response.statusCode).toBe(500);
-      expect(response.json()).toMatchObject({ type: 'urn:partner-agent-status:problem:dependency-failure', pausedCampaignCount: 249, remainingCampaignCount: 1 });
+      expect(response.json()).toMatchObject({
+        type: 'urn:partner-agent-status:problem:dependency-failure',
+        pausedCampaignCount: 249,
+        remainingCampaignCount: 1,
+      });
       expect((await db.pausedIds(agentId)).size).toBe(249);
       expect((await db.pausedIds(agentId)).has(refused)).toBe(false);
       await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
       expect(await pendingRow(agentId)).toMatchObject({ last_error: 'spend_management:not_confirmed', claim_token: null });
       expect(svc.service.breakers.spendManagement.closed).toBe(true);
       expect(await metricValue(svc, 'circuit_breaker_events_total', 'breaker="spend_management",event="failure"')).toBe(failuresBefore);
-      expect(await svc.service.metrics.registry.getSingleMetricAsString('campaigns_not_confirmed_total')).toMatch(/dependency="spend_management"\} [1-9]/);
+      expect(await svc.service.metrics.registry.getSingleMetricAsString('campaigns_not_confirmed_total')).toMatch(
+        /dependency="spend_management"\} [1-9]/,
+      );
 
       // Still refused: the worker retries, with backoff, and keeps the row.
       await svc.service.worker.pollNow();
@@ -108,7 +123,9 @@ describe('a Redis key that answers WRONGTYPE', () => {
       await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
       expect(await pendingRow(agentId)).toMatchObject({ last_error: 'redis:not_confirmed' });
       expect(svc.service.breakers.redis.closed).toBe(true);
-      expect(await svc.service.metrics.registry.getSingleMetricAsString('campaigns_not_confirmed_total')).toMatch(/dependency="redis"\} [1-9]/);
+      expect(await svc.service.metrics.registry.getSingleMetricAsString('campaigns_not_confirmed_total')).toMatch(
+        /dependency="redis"\} [1-9]/,
+      );
     } finally {
       await svc.redis.del(`campaign:${broken}`);
     }
@@ -179,7 +196,9 @@ describe('breakers that fail fast for a sequential caller', () => {
       expect(own.service.breakers.spendManagement.opened).toBe(true);
       // Generous for a loaded CI machine; the point is "no waiting for the dependency".
       expect(durations[4]).toBeLessThan(300);
-      expect(own.logs.records().filter((r) => r.msg === 'dependency failure' && r.reason === 'breaker_open').length).toBeGreaterThanOrEqual(1);
+      expect(own.logs.records().filter((r) => r.msg === 'dependency failure' && r.reason === 'breaker_open').length).toBeGreaterThanOrEqual(
+        1,
+      );
 
       own.simulator.simulator.setMode('ok');
       const deadline = Date.now() + 10_000;
@@ -208,7 +227,9 @@ describe('breakers that fail fast for a sequential caller', () => {
       const agentId = await db.agent(networkId);
       await db.campaigns(agentId, 2);
       expect((await disable(own, agentId)).statusCode).toBe(500);
-      expect(await own.service.metrics.registry.getSingleMetricAsString('spend_management_auth_failures_total')).toMatch(/status="401"\} 1/);
+      expect(await own.service.metrics.registry.getSingleMetricAsString('spend_management_auth_failures_total')).toMatch(
+        /status="401"\} 1/,
+      );
       expect(own.logs.records().some((r) => r.msg === 'spend management refused our credentials: check SPEND_MANAGEMENT_TOKEN')).toBe(true);
       expect(own.logs.lines.join('\n')).not.toContain(token);
       expect(await pendingRow(agentId)).toMatchObject({ last_error: 'spend_management:unauthorized' });
@@ -219,8 +240,12 @@ describe('breakers that fail fast for a sequential caller', () => {
 });
 
 describe('the worker', () => {
-  it('claims a due row once across two replicas, and neither repeats the other\'s calls', async () => {
-    const second = await startTestService({ partners: [{ key, networkId, name: 'durable' }], simulator: svc.simulator, env: { WORKER_POLL_INTERVAL_MS: '60000' } });
+  it("claims a due row once across two replicas, and neither repeats the other's calls", async () => {
+    const second = await startTestService({
+      partners: [{ key, networkId, name: 'durable' }],
+      simulator: svc.simulator,
+      env: { WORKER_POLL_INTERVAL_MS: '60000' },
+    });
     try {
       const agentId = await db.agent(networkId);
       const ids = await db.campaigns(agentId, 300);
@@ -233,7 +258,11 @@ describe('the worker', () => {
       await Promise.all([svc.service.worker.pollNow(), second.service.worker.pollNow()]);
       await Promise.all([svc.service.worker.drained(), second.service.worker.drained()]);
       expect(await pendingRow(agentId)).toBeUndefined();
-      const sent = svc.simulator.simulator.requests().slice(callsBefore).flatMap((r) => r.campaignIds).filter((id) => ids.includes(id));
+      const sent = svc.simulator.simulator
+        .requests()
+        .slice(callsBefore)
+        .flatMap((r) => r.campaignIds)
+        .filter((id) => ids.includes(id));
       expect(sent.length).toBe(300);
       expect(new Set(sent).size).toBe(300);
       await expectPausedInDatabaseImpliesEverywhere(svc, agentId);

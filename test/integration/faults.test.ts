@@ -1,9 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { databaseUrl } from '../support/database-url.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
-import { databaseUrl } from '../support/database-url.js';
 
 const db = testDatabase();
 const key = newApiKey();
@@ -19,7 +18,12 @@ beforeAll(async () => {
     partners: [{ key, networkId, name: 'faulty' }],
     redisUrl: proxy.url,
     // A small window so the breaker opens within a test; a short reset so it recovers within one.
-    env: { BREAKER_VOLUME_THRESHOLD: '3', BREAKER_RESET_TIMEOUT_MS: '400', BREAKER_ROLLING_WINDOW_MS: '5000', SPEND_MANAGEMENT_TIMEOUT_MS: '300' },
+    env: {
+      BREAKER_VOLUME_THRESHOLD: '3',
+      BREAKER_RESET_TIMEOUT_MS: '400',
+      BREAKER_ROLLING_WINDOW_MS: '5000',
+      SPEND_MANAGEMENT_TIMEOUT_MS: '300',
+    },
   });
 });
 
@@ -31,7 +35,8 @@ afterAll(async () => {
 
 const disable = (agentId: string) =>
   svc.app.inject({
-    method: 'POST', url: '/partner/agents/status',
+    method: 'POST',
+    url: '/partner/agents/status',
     headers: { 'x-api-key': key, 'content-type': 'application/json' },
     payload: { agentId, enabled: false },
   });
@@ -59,8 +64,11 @@ describe('spend management failing', () => {
     expect(failed.statusCode).toBe(500);
     expect(failed.headers['content-type']).toMatch(/^application\/problem\+json/);
     expect(failed.json()).toMatchObject({
-      status: 500, title: 'Dependency failure', detail: expect.stringMatching(/The agent is disabled, and the service keeps pausing/),
-      pausedCampaignCount: 0, remainingCampaignCount: 150,
+      status: 500,
+      title: 'Dependency failure',
+      detail: expect.stringMatching(/The agent is disabled, and the service keeps pausing/),
+      pausedCampaignCount: 0,
+      remainingCampaignCount: 150,
     });
     expect(await db.agentApproved(agentId)).toBe(false);
     expect((await db.pausedIds(agentId)).size).toBe(0);
@@ -127,7 +135,7 @@ describe('Redis unreachable', () => {
       proxy.restore();
     }
     // ioredis reconnects in the background; the retry goes through once it has.
-    let retried;
+    let retried: Awaited<ReturnType<typeof disable>> | undefined;
     for (let attempt = 0; attempt < 50; attempt++) {
       retried = await disable(agentId);
       if (retried.statusCode === 200) break;
@@ -147,11 +155,13 @@ describe('the spend-management breaker', () => {
       partners: [{ key, networkId, name: 'faulty' }],
       env: { BREAKER_VOLUME_THRESHOLD: '3', BREAKER_RESET_TIMEOUT_MS: '400', BREAKER_ROLLING_WINDOW_MS: '5000' },
     });
-    const fire = (agentId: string) => own.app.inject({
-      method: 'POST', url: '/partner/agents/status',
-      headers: { 'x-api-key': key, 'content-type': 'application/json' },
-      payload: { agentId, enabled: false },
-    });
+    const fire = (agentId: string) =>
+      own.app.inject({
+        method: 'POST',
+        url: '/partner/agents/status',
+        headers: { 'x-api-key': key, 'content-type': 'application/json' },
+        payload: { agentId, enabled: false },
+      });
     try {
       const agentId = await db.agent(networkId);
       await db.campaigns(agentId, 2);
@@ -165,8 +175,9 @@ describe('the spend-management breaker', () => {
       expect(own.simulator.simulator.requests().length).toBe(callsWhileOpen);
       const state = await own.service.metrics.registry.getSingleMetricAsString('circuit_breaker_state');
       expect(state).toMatch(/circuit_breaker_state\{breaker="spend_management"\} 2/);
-      expect(own.logs.records().find((r) => r.requestId === rejected.headers['x-request-id'] && r.msg === 'dependency failure'))
-        .toMatchObject({ reason: 'breaker_open' });
+      expect(
+        own.logs.records().find((r) => r.requestId === rejected.headers['x-request-id'] && r.msg === 'dependency failure'),
+      ).toMatchObject({ reason: 'breaker_open' });
 
       own.simulator.simulator.setMode('ok');
       await new Promise((r) => setTimeout(r, 450));
@@ -174,8 +185,9 @@ describe('the spend-management breaker', () => {
       expect(recovered.statusCode).toBe(200);
       expect(recovered.json().pausedCampaignCount).toBe(2);
       expect(own.service.breakers.spendManagement.closed).toBe(true);
-      expect(await own.service.metrics.registry.getSingleMetricAsString('circuit_breaker_state'))
-        .toMatch(/circuit_breaker_state\{breaker="spend_management"\} 0/);
+      expect(await own.service.metrics.registry.getSingleMetricAsString('circuit_breaker_state')).toMatch(
+        /circuit_breaker_state\{breaker="spend_management"\} 0/,
+      );
     } finally {
       await own.close();
     }
@@ -191,7 +203,8 @@ describe('concurrent disables of one agent', () => {
     try {
       const requests = Array.from({ length: 20 }, (_, i) =>
         (i % 2 ? second.app : first.app).inject({
-          method: 'POST', url: '/partner/agents/status',
+          method: 'POST',
+          url: '/partner/agents/status',
           headers: { 'x-api-key': key, 'content-type': 'application/json' },
           payload: { agentId, enabled: false },
         }),
@@ -222,8 +235,10 @@ describe('PostgreSQL unreachable', () => {
       pgProxy.cut();
       expect((await own.app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(503);
       const failed = await own.app.inject({
-        method: 'POST', url: '/partner/agents/status',
-        headers: { 'x-api-key': key, 'content-type': 'application/json' }, payload: { agentId, enabled: false },
+        method: 'POST',
+        url: '/partner/agents/status',
+        headers: { 'x-api-key': key, 'content-type': 'application/json' },
+        payload: { agentId, enabled: false },
       });
       expect(failed.statusCode).toBe(500);
       expect(failed.json().detail).toMatch(/The database did not answer/);

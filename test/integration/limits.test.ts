@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { LightMyRequestResponse } from 'fastify';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { startTestService, type PartnerKeyRecord, type TestService } from '../support/service.js';
+import { type PartnerKeyRecord, startTestService, type TestService } from '../support/service.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 
 // Partner limits (CONTRACT.md section 10, issue 11): the per-network rate limit across replicas,
@@ -16,7 +15,12 @@ const started: TestService[] = [];
 
 afterAll(async () => {
   // Every service is closed even when one of them reports a problem; the first problem fails.
-  const closed = await Promise.allSettled(started.splice(0).reverse().map((svc) => svc.close()));
+  const closed = await Promise.allSettled(
+    started
+      .splice(0)
+      .reverse()
+      .map((svc) => svc.close()),
+  );
   await db.close();
   for (const result of closed) if (result.status === 'rejected') throw result.reason;
 });
@@ -102,7 +106,8 @@ describe('per-network rate limit, counted in Redis across replicas', () => {
     }
     expect(remaining).toEqual([5, 4, 3, 2, 1, 0]);
 
-    const limitedBefore = (await first.service.metrics.requestsLimited.get()).values.find((v) => v.labels.partner === 'shared-budget')?.value ?? 0;
+    const limitedBefore =
+      (await first.service.metrics.requestsLimited.get()).values.find((v) => v.labels.partner === 'shared-budget')?.value ?? 0;
     for (const svc of [first, second]) {
       const response = await readStatus(svc, shared.key, agentId);
       const body = expectProblem(response, 429, 'rate-limited');
@@ -220,7 +225,11 @@ describe('disables in flight per network, and no waiting behind another network'
     networkA = await partner('in-flight-a');
     networkB = await partner('in-flight-b');
     // Spend management answers slowly but within the client's time-out.
-    svc = await start([networkA, networkB], { DISABLES_IN_FLIGHT_PER_NETWORK: '1', RATE_LIMIT_MAX: '0', SPEND_MANAGEMENT_TIMEOUT_MS: '10000' });
+    svc = await start([networkA, networkB], {
+      DISABLES_IN_FLIGHT_PER_NETWORK: '1',
+      RATE_LIMIT_MAX: '0',
+      SPEND_MANAGEMENT_TIMEOUT_MS: '10000',
+    });
   });
 
   /** Starts a disable against the slow simulator and resolves once its first pause call arrived. */
@@ -368,7 +377,12 @@ describe('405', () => {
   it('PUT /partner/agents/status is 405 problem+json with Allow: POST and x-request-id', async () => {
     const svc = started[0];
     if (!svc) throw new Error('the rate-limit tests start the services this test uses');
-    const response = await svc.app.inject({ method: 'PUT', url: '/partner/agents/status', headers: { 'content-type': 'application/json' }, payload: '{}' });
+    const response = await svc.app.inject({
+      method: 'PUT',
+      url: '/partner/agents/status',
+      headers: { 'content-type': 'application/json' },
+      payload: '{}',
+    });
     expectProblem(response, 405, 'method-not-allowed');
     expect(response.headers.allow).toBe('POST');
     expect(response.headers['x-request-id']).toBeTruthy();

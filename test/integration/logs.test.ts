@@ -91,7 +91,10 @@ describe('logs: one line per request, and never a key', () => {
     }
 
     // 20 requests: each has its line, except the 401s beyond one a second, which are counted instead.
-    const written = svc.logs.records().slice(linesBefore).filter((r) => r.msg === 'request completed').length;
+    const written = svc.logs
+      .records()
+      .slice(linesBefore)
+      .filter((r) => r.msg === 'request completed').length;
     expect(written + (await suppressed()) - suppressedBefore).toBe(20);
     const everything = svc.logs.lines.join('\n');
     for (const apiKey of [key, ...strangers]) expect(everything).not.toContain(apiKey);

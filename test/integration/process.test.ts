@@ -4,10 +4,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { createSpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { startOtlpReceiver } from '../support/otlp-receiver.js';
+import { databaseUrl } from '../support/database-url.js';
 import { startServiceProcess } from '../support/process.js';
 import { keysDocument } from '../support/service.js';
-import { databaseUrl } from '../support/database-url.js';
 
 // The built service started as `npm start` starts it: telemetry preloaded, configured by env.
 const db = testDatabase();
@@ -45,69 +44,6 @@ function disable(baseUrl: string, agentId: string) {
     body: JSON.stringify({ agentId, enabled: false }),
   });
 }
-
-describe('traces: one disable is one trace, with PostgreSQL, Redis and spend-management spans', () => {
-  it('exports the server span, the use case, pg, ioredis and the spend call in one trace, propagated to spend management', async () => {
-    const receiver = await startOtlpReceiver();
-    const service = await startServiceProcess({
-      ...baseEnv,
-      DRAIN_DELAY_MS: '0',
-      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
-      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
-      OTEL_BSP_SCHEDULE_DELAY: '50',
-    });
-    try {
-      const agentId = await db.agent(networkId);
-      await db.campaigns(agentId, 3);
-      const before = simulator.simulator.requests().length;
-      const response = await disable(service.baseUrl, agentId);
-      expect(response.status).toBe(200);
-
-      const server = () => receiver.spans.find((s) => s.kind === 2 && s.attributes['http.route'] === '/partner/agents/status');
-      await receiver.waitFor((spans) => {
-        const root = server();
-        return (
-          !!root &&
-          spans.some((s) => s.traceId === root.traceId && s.scope.includes('ioredis')) &&
-          spans.some((s) => s.traceId === root.traceId && s.scope.includes('pg'))
-        );
-      });
-      const root = server()!;
-      const trace = receiver.spans.filter((s) => s.traceId === root.traceId);
-      const scopes = new Set(trace.map((s) => s.scope));
-      expect([...scopes]).toEqual(
-        expect.arrayContaining([
-          '@opentelemetry/instrumentation-http',
-          '@opentelemetry/instrumentation-pg',
-          '@opentelemetry/instrumentation-ioredis',
-          '@fastify/otel',
-          'partner-agent-status',
-        ]),
-      );
-      const useCase = trace.find((s) => s.name === 'agent.set_status')!;
-      expect(useCase.attributes).toMatchObject({
-        'agent.id': agentId,
-        'network.id': networkId,
-        'agent.enabled': false,
-        'campaigns.paused_count': 3,
-      });
-      expect(trace.some((s) => s.attributes['partner.name'] === 'traced-partner')).toBe(true);
-      const spendCall = trace.find((s) => s.kind === 3 && String(s.attributes['url.full'] ?? '').includes('/v1/spending-periods/pause'));
-      expect(spendCall).toBeDefined();
-
-      const call = simulator.simulator.requests().slice(before)[0]!;
-      expect(call.traceparent).toMatch(new RegExp(`^00-${root.traceId}-[0-9a-f]{16}-0[01]$`));
-
-      // The request's log line carries the same trace id; no span holds the key.
-      const line = service.output.map((l) => JSON.parse(l)).find((l) => l.msg === 'request completed' && l.agentId === agentId);
-      expect(line.traceId).toBe(root.traceId);
-      expect(JSON.stringify(receiver.spans)).not.toContain(key);
-    } finally {
-      expect(await service.stop()).toBe(0);
-      await receiver.close();
-    }
-  });
-});
 
 describe('graceful drain: SIGTERM during a slow disable', () => {
   it('turns readiness off, finishes the request with 200 and exits 0', async () => {

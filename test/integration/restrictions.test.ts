@@ -15,7 +15,12 @@ beforeAll(async () => {
   strict = await db.network({ requireAgentApproval: true });
   lenient = await db.network({ requireAgentApproval: false });
   const otherKey = newApiKey();
-  svc = await startTestService({ partners: [{ key, networkId: strict, name: 'strict' }, { key: otherKey, networkId: lenient, name: 'lenient' }] });
+  svc = await startTestService({
+    partners: [
+      { key, networkId: strict, name: 'strict' },
+      { key: otherKey, networkId: lenient, name: 'lenient' },
+    ],
+  });
   lenientKey = otherKey;
 });
 
@@ -26,27 +31,32 @@ afterAll(async () => {
 
 const setStatus = (apiKey: string, agentId: string, enabled: boolean) =>
   svc.app.inject({
-    method: 'POST', url: '/partner/agents/status',
+    method: 'POST',
+    url: '/partner/agents/status',
     headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
     payload: { agentId, enabled },
   });
 
-const restricted = async (agentId: string) =>
-  (await db.pool.query('SELECT agent_is_restricted($1) AS r', [agentId])).rows[0].r as boolean;
+const restricted = async (agentId: string) => (await db.pool.query('SELECT agent_is_restricted($1) AS r', [agentId])).rows[0].r as boolean;
 
 describe('restrictions while disabled, enforced by the database (require_agent_approval and not approved)', () => {
   it('refuses to create a campaign for a disabled agent (P0001)', async () => {
     const agentId = await db.agent(strict);
     await setStatus(key, agentId, false);
-    await expect(db.campaigns(agentId, 1)).rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/create_campaign is not allowed/) });
+    await expect(db.campaigns(agentId, 1)).rejects.toMatchObject({
+      code: 'P0001',
+      message: expect.stringMatching(/create_campaign is not allowed/),
+    });
   });
 
   it('refuses to unpause a campaign of a disabled agent (P0001), and allows it again after enable', async () => {
     const agentId = await db.agent(strict);
     const [campaign] = await db.campaigns(agentId, 1);
     await setStatus(key, agentId, false);
-    await expect(db.pool.query('UPDATE campaigns SET paused = false WHERE campaign_id = $1', [campaign]))
-      .rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/unpause_campaign is not allowed/) });
+    await expect(db.pool.query('UPDATE campaigns SET paused = false WHERE campaign_id = $1', [campaign])).rejects.toMatchObject({
+      code: 'P0001',
+      message: expect.stringMatching(/unpause_campaign is not allowed/),
+    });
 
     await setStatus(key, agentId, true);
     expect(await restricted(agentId)).toBe(false);
@@ -84,7 +94,7 @@ describe('restrictions while disabled, enforced by the database (require_agent_a
  * one whose search_path puts a hostile schema first (a function agent_is_restricted that always
  * says false, a table agents that says approved) and that has a temporary table agents too.
  */
-describe('the side doors are closed, whatever the caller\'s search_path', () => {
+describe("the side doors are closed, whatever the caller's search_path", () => {
   const shadowSchema = `shadow_${randomUUID().replaceAll('-', '')}`;
   let plain: pg.Client;
   let shadowed: pg.Client;
@@ -121,26 +131,30 @@ describe('the side doors are closed, whatever the caller\'s search_path', () => 
     describe(`from ${who}`, () => {
       it('refuses to insert a campaign (create_campaign)', async () => {
         const agentId = await disabledAgent();
-        await expect(session().query('INSERT INTO public.campaigns (campaign_id, agent_id) VALUES ($1, $2)', [randomUUID(), agentId]))
-          .rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/create_campaign/) });
-        await expect(session().query('INSERT INTO public.campaigns (campaign_id, agent_id, paused) VALUES ($1, $2, true)', [randomUUID(), agentId]))
-          .rejects.toMatchObject({ code: 'P0001' });
+        await expect(
+          session().query('INSERT INTO public.campaigns (campaign_id, agent_id) VALUES ($1, $2)', [randomUUID(), agentId]),
+        ).rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/create_campaign/) });
+        await expect(
+          session().query('INSERT INTO public.campaigns (campaign_id, agent_id, paused) VALUES ($1, $2, true)', [randomUUID(), agentId]),
+        ).rejects.toMatchObject({ code: 'P0001' });
       });
 
       it('refuses to unpause a campaign (unpause_campaign)', async () => {
         const agentId = await db.agent(strict);
         const [campaign] = await db.campaigns(agentId, 1);
         await setStatus(key, agentId, false);
-        await expect(session().query('UPDATE public.campaigns SET paused = false WHERE campaign_id = $1', [campaign]))
-          .rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/unpause_campaign/) });
+        await expect(
+          session().query('UPDATE public.campaigns SET paused = false WHERE campaign_id = $1', [campaign]),
+        ).rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/unpause_campaign/) });
       });
 
       it('refuses to re-activate an inactive unpaused campaign (activate_campaign)', async () => {
         const agentId = await db.agent(strict);
         const [campaign] = await db.campaigns(agentId, 1, { active: false });
         await setStatus(key, agentId, false);
-        await expect(session().query('UPDATE public.campaigns SET active = true WHERE campaign_id = $1', [campaign]))
-          .rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/activate_campaign/) });
+        await expect(session().query('UPDATE public.campaigns SET active = true WHERE campaign_id = $1', [campaign])).rejects.toMatchObject(
+          { code: 'P0001', message: expect.stringMatching(/activate_campaign/) },
+        );
       });
 
       it('refuses to move a campaign to the agent (move_campaign), paused or not', async () => {
@@ -148,8 +162,9 @@ describe('the side doors are closed, whatever the caller\'s search_path', () => 
         const other = await db.agent(strict);
         const [running, paused] = [(await db.campaigns(other, 1))[0], (await db.campaigns(other, 1, { paused: true }))[0]];
         for (const campaign of [running, paused]) {
-          await expect(session().query('UPDATE public.campaigns SET agent_id = $1 WHERE campaign_id = $2', [agentId, campaign]))
-            .rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/move_campaign/) });
+          await expect(
+            session().query('UPDATE public.campaigns SET agent_id = $1 WHERE campaign_id = $2', [agentId, campaign]),
+          ).rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/move_campaign/) });
         }
       });
 

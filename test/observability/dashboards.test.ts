@@ -6,9 +6,9 @@ import { describe, expect, it } from 'vitest';
 import {
   allDashboardExpressions,
   allPanels,
+  type Dashboard,
   dashboardExpressions,
   dashboardFiles,
-  type Dashboard,
   type GrafanaDatasource,
 } from './artifacts.js';
 import { stripGrafanaVariables, vectorSelectors } from './promql.js';
@@ -90,7 +90,10 @@ describe('Grafana dashboards', () => {
   it('have unique panel ids and unique target refIds per panel', () => {
     for (const { file, dashboard } of parsed) {
       const ids = allPanels(dashboard).map((p) => p.id);
-      expect(ids.every((id) => Number.isInteger(id)), `${file}: every panel has an id`).toBe(true);
+      expect(
+        ids.every((id) => Number.isInteger(id)),
+        `${file}: every panel has an id`,
+      ).toBe(true);
       expect(new Set(ids).size, `${file}: duplicate panel ids in ${ids.join(', ')}`).toBe(ids.length);
       for (const panel of allPanels(dashboard)) {
         const refIds = (panel.targets ?? []).map((t) => t.refId);
@@ -145,11 +148,21 @@ describe('Grafana dashboards', () => {
     const expected: Record<string, { file: string; metrics: string[] }> = {
       'Durable disables': {
         file: 'business.json',
-        metrics: ['pending_disables', 'pending_disables_oldest_age_seconds', 'disable_worker_attempts_total', 'campaigns_not_confirmed_total'],
+        metrics: [
+          'pending_disables',
+          'pending_disables_oldest_age_seconds',
+          'disable_worker_attempts_total',
+          'campaigns_not_confirmed_total',
+        ],
       },
       Limits: {
         file: 'overview.json',
-        metrics: ['partner_requests_limited_total', 'requests_shed_total', 'rate_limit_store_errors_total', 'spend_management_auth_failures_total'],
+        metrics: [
+          'partner_requests_limited_total',
+          'requests_shed_total',
+          'rate_limit_store_errors_total',
+          'spend_management_auth_failures_total',
+        ],
       },
     };
     for (const [title, { file, metrics }] of Object.entries(expected)) {
@@ -162,8 +175,11 @@ describe('Grafana dashboards', () => {
       const next = panels.findIndex((p, i) => i > start && p.type === 'row');
       const inRow = panels.slice(start + 1, next === -1 ? undefined : next);
       const rowY = (row?.gridPos as { y: number } | undefined)?.y ?? 0;
-      for (const panel of inRow) expect((panel.gridPos as { y: number }).y, `${file} panel ${panel.id} below its row`).toBeGreaterThan(rowY);
-      const read = new Set(inRow.flatMap((p) => (p.targets ?? []).flatMap((t) => (t.expr ? vectorSelectors(t.expr).map((v) => v.name) : []))));
+      for (const panel of inRow)
+        expect((panel.gridPos as { y: number }).y, `${file} panel ${panel.id} below its row`).toBeGreaterThan(rowY);
+      const read = new Set(
+        inRow.flatMap((p) => (p.targets ?? []).flatMap((t) => (t.expr ? vectorSelectors(t.expr).map((v) => v.name) : []))),
+      );
       expect([...read].sort(), `${file}: metrics of row "${title}"`).toEqual([...metrics].sort());
     }
   });

@@ -49,7 +49,12 @@ export function metricNamesFromExposition(text: string): Set<string> {
 export async function exportedMetricNames(): Promise<Set<string>> {
   const service = await startTestService({ partners: [{ key: newApiKey(), networkId: randomUUID(), name: 'metrics-scrape' }] });
   try {
-    await service.app.inject({ method: 'POST', url: '/partner/agents/status', headers: { 'content-type': 'application/json' }, payload: '{}' });
+    await service.app.inject({
+      method: 'POST',
+      url: '/partner/agents/status',
+      headers: { 'content-type': 'application/json' },
+      payload: '{}',
+    });
     await service.service.metricsServer.listen({ port: 0, host: '127.0.0.1' });
     const { port } = service.service.metricsServer.server.address() as { port: number };
     const response = await fetch(`http://127.0.0.1:${port}/metrics`);

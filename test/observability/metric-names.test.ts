@@ -19,10 +19,7 @@ beforeAll(async () => {
   exported = await exportedMetricNames();
 });
 
-function unknownNames(
-  expressions: { where: string; expr: string }[],
-  known: (name: string) => boolean,
-): string[] {
+function unknownNames(expressions: { where: string; expr: string }[], known: (name: string) => boolean): string[] {
   const problems: string[] = [];
   for (const { where, expr } of expressions) {
     let names: string[];
@@ -76,10 +73,7 @@ describe('metric names in dashboards and rules', () => {
     const rules = allRules();
     const recorded = new Set(rules.flatMap((r) => (r.record ? [r.record] : [])));
     const expressions = ruleExpressions(rules);
-    const problems = unknownNames(
-      expressions,
-      (name) => exported.has(name) || recorded.has(name) || ruleOnlyAllowlist.has(name),
-    );
+    const problems = unknownNames(expressions, (name) => exported.has(name) || recorded.has(name) || ruleOnlyAllowlist.has(name));
     expect(problems, `unknown metric names in rules:\n${problems.join('\n')}`).toEqual([]);
   });
 });

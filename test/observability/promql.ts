@@ -112,7 +112,5 @@ export function vectorSelectors(expression: string): VectorSelector[] {
 
 /** The metric names an expression reads; a selector without a name is reported as `{…}`. */
 export function metricNamesOf(expression: string): string[] {
-  return vectorSelectors(expression).map(
-    (s) => s.name ?? `{${s.matchers.map((m) => `${m.label}${m.op}"${m.value}"`).join(', ')}}`,
-  );
+  return vectorSelectors(expression).map((s) => s.name ?? `{${s.matchers.map((m) => `${m.label}${m.op}"${m.value}"`).join(', ')}}`);
 }

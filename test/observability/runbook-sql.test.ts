@@ -96,7 +96,12 @@ describe('the SQL of docs/runbook.md', () => {
     const rows = (await readOnly(query('pending disables: what is stuck, where, and why'))).filter((r) => ours.has(r.agent_id));
     expect(rows.map((r) => r.agent_id)).toEqual([agent.waiting, agent.expired, agent.running]);
     const [waiting, expired, running] = rows;
-    expect(waiting).toMatchObject({ network_id: networkId, attempts: 5, last_error: 'spend_management:not_confirmed', unpaused_campaigns: '1' });
+    expect(waiting).toMatchObject({
+      network_id: networkId,
+      attempts: 5,
+      last_error: 'spend_management:not_confirmed',
+      unpaused_campaigns: '1',
+    });
     expect(waiting.pending_for).toMatchObject({ minutes: 10 });
     expect(waiting.state).toMatch(/^waiting to retry in 00:00:1[78]$/);
     expect(expired).toMatchObject({ attempts: 3, last_error: 'redis:timeout', unpaused_campaigns: '2' });

@@ -5,7 +5,7 @@ import { buildInertApp, generateOpenApiDocument, openApiDocumentPath, renderOpen
 import { problemTypes } from '../../src/errors.js';
 import { createSchemaCompiler } from '../support/openapi-validator.js';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- a parsed JSON document
+// biome-ignore lint/suspicious/noExplicitAny: a parsed JSON document
 type Json = any;
 
 const statusPath = '/partner/agents/status';
@@ -25,7 +25,10 @@ function operations(document: Json): Array<[string, string, Json]> {
 
 function resolve(document: Json, value: Json): Json {
   if (typeof value?.$ref !== 'string') return value;
-  return value.$ref.slice(2).split('/').reduce((node: Json, part: string) => node?.[part.replaceAll('~1', '/').replaceAll('~0', '~')], document);
+  return value.$ref
+    .slice(2)
+    .split('/')
+    .reduce((node: Json, part: string) => node?.[part.replaceAll('~1', '/').replaceAll('~0', '~')], document);
 }
 
 describe('docs/openapi.json is what the code generates', () => {
@@ -92,7 +95,8 @@ describe('the document is valid OpenAPI 3.1', () => {
       for (const [where, content] of media) {
         compile(content.schema);
         walk(where, content.schema);
-        for (const [name, example] of Object.entries<Json>(content.examples ?? {})) expectValid(`${where} example ${name}`, content.schema, example.value);
+        for (const [name, example] of Object.entries<Json>(content.examples ?? {}))
+          expectValid(`${where} example ${name}`, content.schema, example.value);
         if ('example' in content) expectValid(`${where} example`, content.schema, content.example);
       }
     }
@@ -103,7 +107,11 @@ describe('the document is valid OpenAPI 3.1', () => {
 
 describe('the document is a partner reference', () => {
   it('documents the partner routes only: not the probes', () => {
-    expect(Object.keys(generated.paths).sort()).toEqual(['/partner/agents/status', '/partner/agents/{agentId}/status', '/partner/openapi.json']);
+    expect(Object.keys(generated.paths).sort()).toEqual([
+      '/partner/agents/status',
+      '/partner/agents/{agentId}/status',
+      '/partner/openapi.json',
+    ]);
   });
 
   it('gives every operation an operationId, a summary, a description and a tag, and every response a description', () => {
@@ -116,7 +124,11 @@ describe('the document is a partner reference', () => {
       expect(operation.summary, where).toBeTruthy();
       expect(operation.description, where).toBeTruthy();
       expect(operation.tags?.length, where).toBeGreaterThan(0);
-      for (const tag of operation.tags) expect(generated.tags.map((t: Json) => t.name), where).toContain(tag);
+      for (const tag of operation.tags)
+        expect(
+          generated.tags.map((t: Json) => t.name),
+          where,
+        ).toContain(tag);
       for (const [status, response] of Object.entries<Json>(operation.responses)) {
         const description = resolve(generated, response).description;
         expect(description, `${where} ${status}`).toBeTruthy();
@@ -135,7 +147,11 @@ describe('the document is a partner reference', () => {
   });
 
   it('has x-request-id as an optional request header and a required header of every response', () => {
-    expect(resolve(generated, { $ref: '#/components/parameters/RequestId' })).toMatchObject({ name: 'x-request-id', in: 'header', required: false });
+    expect(resolve(generated, { $ref: '#/components/parameters/RequestId' })).toMatchObject({
+      name: 'x-request-id',
+      in: 'header',
+      required: false,
+    });
     expect(resolve(generated, { $ref: '#/components/headers/RequestId' })).toMatchObject({ required: true, schema: { type: 'string' } });
     for (const [path, method, operation] of operations(generated)) {
       expect(operation.parameters, `${method} ${path}`).toContainEqual({ $ref: '#/components/parameters/RequestId' });
@@ -150,7 +166,10 @@ describe('the document is a partner reference', () => {
     expect(Object.keys(responses).sort()).toEqual(['200', '400', '401', '404', '409', '413', '415', '429', '500', '503']);
     expect(Object.keys(responses['200'].content)).toEqual(['application/json']);
     const knownTypes = new Map(
-      Object.entries(problemTypes).map(([kind, { status, title }]) => [`urn:partner-agent-status:problem:${kind.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`, { status, title }]),
+      Object.entries(problemTypes).map(([kind, { status, title }]) => [
+        `urn:partner-agent-status:problem:${kind.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`,
+        { status, title },
+      ]),
     );
     for (const status of ['400', '401', '404', '409', '413', '415', '429', '500', '503']) {
       const { content } = responses[status];
@@ -205,8 +224,13 @@ describe('docs/partner-guide.md agrees with the document', () => {
         problems += 1;
         expect(problemBody(body), text).toBe(true);
         expect(Object.keys(responses), text).toContain(String(body.status));
-        const documented = Object.values<Json>(responses[String(body.status)].content['application/problem+json'].examples).map((e) => e.value);
-        expect(documented.map(({ type, title }: Json) => ({ type, title })), text).toContainEqual({ type: body.type, title: body.title });
+        const documented = Object.values<Json>(responses[String(body.status)].content['application/problem+json'].examples).map(
+          (e) => e.value,
+        );
+        expect(
+          documented.map(({ type, title }: Json) => ({ type, title })),
+          text,
+        ).toContainEqual({ type: body.type, title: body.title });
       } else {
         expect(success(body) || status(body), text).toBe(true);
       }

@@ -1,14 +1,19 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { generateOpenApiDocument } from '../../scripts/generate-openapi.js';
 import { AgentNotInNetwork, type AgentStatusUseCase } from '../../src/agents/set-agent-status.js';
-import { loadConfig } from '../../src/config.js';
 import { buildApp } from '../../src/app.js';
 import { PartnerKeyStore, parseKeySet } from '../../src/auth/partner-keys.js';
+import { loadConfig } from '../../src/config.js';
 import { problem } from '../../src/errors.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { DependencyError } from '../../src/stores/dependency-error.js';
-import { attachResponseValidator, createResponseValidator, type ObservedResponse, type ResponseValidator } from '../support/openapi-validator.js';
+import {
+  attachResponseValidator,
+  createResponseValidator,
+  type ObservedResponse,
+  type ResponseValidator,
+} from '../support/openapi-validator.js';
 
 const route = '/partner/agents/status';
 const agentId = 'us-east-1:00000000-0000-4000-8000-000000000001';
@@ -38,16 +43,29 @@ const problemHeaders = { 'content-type': 'application/problem+json; charset=utf-
 describe('the response validator accepts what the document describes', () => {
   it('accepts a 200 and a problem of each documented status', () => {
     expect(validator.check(response({}))).toEqual({ checked: true, violations: [] });
-    for (const kind of ['validation', 'unauthorized', 'notFound', 'payloadTooLarge', 'unsupportedMediaType', 'dependencyFailure', 'internal'] as const) {
+    for (const kind of [
+      'validation',
+      'unauthorized',
+      'notFound',
+      'payloadTooLarge',
+      'unsupportedMediaType',
+      'dependencyFailure',
+      'internal',
+    ] as const) {
       const body = problem(kind, 'detail', requestId);
       expect(validator.check(response({ statusCode: body.status, headers: problemHeaders, json: body })).violations, kind).toEqual([]);
     }
   });
 
   it('skips routes the document leaves out, and checks unmatched requests as problems', () => {
-    expect(validator.check(response({ method: 'GET', route: '/livez', json: { status: 'ok' } }))).toEqual({ checked: false, violations: [] });
+    expect(validator.check(response({ method: 'GET', route: '/livez', json: { status: 'ok' } }))).toEqual({
+      checked: false,
+      violations: [],
+    });
     const notFound = problem('notFound', 'No route for GET /partner/nothing.', requestId);
-    expect(validator.check(response({ method: 'GET', route: undefined, statusCode: 404, headers: problemHeaders, json: notFound }))).toEqual({ checked: true, violations: [] });
+    expect(
+      validator.check(response({ method: 'GET', route: undefined, statusCode: 404, headers: problemHeaders, json: notFound })),
+    ).toEqual({ checked: true, violations: [] });
   });
 });
 
@@ -55,23 +73,33 @@ describe('the response validator catches what the document does not describe', (
   const violations = (r: ObservedResponse) => validator.check(r).violations.join('\n');
 
   it('a 200 body without pausedCampaignCount', () => {
-    expect(violations(response({ json: { agentId, networkId, enabled: false } }))).toMatch(/must have required property 'pausedCampaignCount'/);
+    expect(violations(response({ json: { agentId, networkId, enabled: false } }))).toMatch(
+      /must have required property 'pausedCampaignCount'/,
+    );
   });
 
   it('a 200 body with a negative count or a malformed networkId', () => {
-    expect(violations(response({ json: { agentId, networkId, enabled: false, pausedCampaignCount: -1 } }))).toMatch(/pausedCampaignCount must be >= 0/);
-    expect(violations(response({ json: { agentId, networkId: 'network-a', enabled: false, pausedCampaignCount: 0 } }))).toMatch(/networkId must match format "uuid"/);
+    expect(violations(response({ json: { agentId, networkId, enabled: false, pausedCampaignCount: -1 } }))).toMatch(
+      /pausedCampaignCount must be >= 0/,
+    );
+    expect(violations(response({ json: { agentId, networkId: 'network-a', enabled: false, pausedCampaignCount: 0 } }))).toMatch(
+      /networkId must match format "uuid"/,
+    );
   });
 
   it('a problem body with an extra field, or without detail', () => {
     const extra = { ...problem('notFound', 'No agent with this agentId exists in your network.', requestId), agentNetwork: networkId };
-    expect(violations(response({ statusCode: 404, headers: problemHeaders, json: extra }))).toMatch(/must NOT have additional properties "agentNetwork"/);
+    expect(violations(response({ statusCode: 404, headers: problemHeaders, json: extra }))).toMatch(
+      /must NOT have additional properties "agentNetwork"/,
+    );
     const { detail: _detail, ...bare } = problem('unauthorized', 'x-api-key header is required', requestId);
     expect(violations(response({ statusCode: 401, headers: problemHeaders, json: bare }))).toMatch(/must have required property 'detail'/);
   });
 
   it('a problem whose status differs from the HTTP status', () => {
-    expect(violations(response({ statusCode: 400, headers: problemHeaders, json: problem('notFound', 'x', requestId) }))).toMatch(/problem status 404 differs/);
+    expect(violations(response({ statusCode: 400, headers: problemHeaders, json: problem('notFound', 'x', requestId) }))).toMatch(
+      /problem status 404 differs/,
+    );
   });
 
   it('an undocumented status', () => {
@@ -80,8 +108,12 @@ describe('the response validator catches what the document does not describe', (
   });
 
   it('an undocumented content type: an error as application/json, a 200 as text', () => {
-    expect(violations(response({ statusCode: 404, json: problem('notFound', 'x', requestId) }))).toMatch(/content type application\/json is not documented/);
-    expect(violations(response({ headers: { 'content-type': 'text/plain', 'x-request-id': requestId } }))).toMatch(/content type text\/plain is not documented/);
+    expect(violations(response({ statusCode: 404, json: problem('notFound', 'x', requestId) }))).toMatch(
+      /content type application\/json is not documented/,
+    );
+    expect(violations(response({ headers: { 'content-type': 'text/plain', 'x-request-id': requestId } }))).toMatch(
+      /content type text\/plain is not documented/,
+    );
   });
 
   it('a response without x-request-id, or a body that is not JSON', () => {
@@ -90,7 +122,9 @@ describe('the response validator catches what the document does not describe', (
   });
 
   it('an unmatched request answered with something other than a problem', () => {
-    expect(violations(response({ method: 'GET', route: undefined, statusCode: 404, json: { error: 'Not Found' } }))).toMatch(/content type application\/json is not documented/);
+    expect(violations(response({ method: 'GET', route: undefined, statusCode: 404, json: { error: 'Not Found' } }))).toMatch(
+      /content type application\/json is not documented/,
+    );
   });
 });
 
@@ -107,11 +141,24 @@ describe('attached to the real app, it checks every response as sent', () => {
   async function appWith(setAgentStatus: SetAgentStatus) {
     const keyStore = new PartnerKeyStore();
     keyStore.replace(parseKeySet(JSON.stringify({ 'partner-keys': { [key]: { networkId, name: 'partner' } } })));
-    const app = await buildApp({ logger: createLogger('silent'), metrics: createMetrics({ collectDefaults: false }), keyStore,
-      agentStatus: { setAgentStatus, readAgentStatus: async () => { throw new AgentNotInNetwork(); } },
+    const app = await buildApp({
+      logger: createLogger('silent'),
+      metrics: createMetrics({ collectDefaults: false }),
+      keyStore,
+      agentStatus: {
+        setAgentStatus,
+        readAgentStatus: async () => {
+          throw new AgentNotInNetwork();
+        },
+      },
       isReady: async () => true,
       limits: {
-        ...loadConfig({ DATABASE_URL: 'postgres://x/y', REDIS_URL: 'redis://x', SPEND_MANAGEMENT_URL: 'http://x', PARTNER_KEYS_FILE: '/dev/null' }).limits,
+        ...loadConfig({
+          DATABASE_URL: 'postgres://x/y',
+          REDIS_URL: 'redis://x',
+          SPEND_MANAGEMENT_URL: 'http://x',
+          PARTNER_KEYS_FILE: '/dev/null',
+        }).limits,
         rateLimitMax: 0,
         redis: undefined as never,
         keyPrefix: '',
@@ -128,11 +175,18 @@ describe('attached to the real app, it checks every response as sent', () => {
   it('finds nothing wrong in every documented answer, without a database', async () => {
     const outcomes: Record<string, () => Promise<unknown>> = {
       [agentId]: async () => ({ agentId, networkId, enabled: false, pausedCampaignCount: 3 }),
-      'us-east-1:00000000-0000-4000-8000-000000000404': async () => { throw new AgentNotInNetwork(); },
-      'us-east-1:00000000-0000-4000-8000-000000000500': async () => { throw new DependencyError('redis', 'timeout', 'command timed out'); },
-      'us-east-1:00000000-0000-4000-8000-000000000501': async () => { throw new Error('bug'); },
+      'us-east-1:00000000-0000-4000-8000-000000000404': async () => {
+        throw new AgentNotInNetwork();
+      },
+      'us-east-1:00000000-0000-4000-8000-000000000500': async () => {
+        throw new DependencyError('redis', 'timeout', 'command timed out');
+      },
+      'us-east-1:00000000-0000-4000-8000-000000000501': async () => {
+        throw new Error('bug');
+      },
     };
-    const { app, check, post } = await appWith(((command: { agentId: string }) => outcomes[command.agentId]!()) as unknown as SetAgentStatus);
+    const { app, check, post } = await appWith(((command: { agentId: string }) =>
+      outcomes[command.agentId]!()) as unknown as SetAgentStatus);
     const statuses = [];
     for (const id of Object.keys(outcomes)) statuses.push((await post(JSON.stringify({ agentId: id, enabled: false }))).statusCode);
     statuses.push((await post('{"agentId":"x"}')).statusCode);
@@ -150,9 +204,16 @@ describe('attached to the real app, it checks every response as sent', () => {
   });
 
   it('records a body the serializer let through but the document forbids, and fails the check', async () => {
-    const { check, post } = await appWith((async () => ({ agentId, networkId, enabled: false, pausedCampaignCount: -1 })) as unknown as SetAgentStatus);
+    const { check, post } = await appWith((async () => ({
+      agentId,
+      networkId,
+      enabled: false,
+      pausedCampaignCount: -1,
+    })) as unknown as SetAgentStatus);
     expect((await post(JSON.stringify({ agentId, enabled: false }))).statusCode).toBe(200);
-    expect(check.violations).toEqual([expect.stringMatching(/^POST \/partner\/agents\/status -> 200: body does not match .*pausedCampaignCount must be >= 0/)]);
+    expect(check.violations).toEqual([
+      expect.stringMatching(/^POST \/partner\/agents\/status -> 200: body does not match .*pausedCampaignCount must be >= 0/),
+    ]);
     expect(() => check.assertNoViolations()).toThrow(/1 response\(s\) disagree with the OpenAPI document/);
   });
 });

@@ -16,7 +16,7 @@ import type { FastifyInstance } from 'fastify';
  * and the `required` headers of `#/components/headers`.
  */
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- a parsed JSON document
+// biome-ignore lint/suspicious/noExplicitAny: a parsed JSON document
 type Json = any;
 type HeaderValue = string | string[] | number | undefined;
 
@@ -52,9 +52,10 @@ function rewriteRefs(value: Json): Json {
   if (value === null || typeof value !== 'object') return value;
   const copy: Json = {};
   for (const [key, inner] of Object.entries(value)) {
-    copy[key] = key === '$ref' && typeof inner === 'string' && inner.startsWith(componentRefPrefix)
-      ? componentIdPrefix + inner.slice(componentRefPrefix.length)
-      : rewriteRefs(inner);
+    copy[key] =
+      key === '$ref' && typeof inner === 'string' && inner.startsWith(componentRefPrefix)
+        ? componentIdPrefix + inner.slice(componentRefPrefix.length)
+        : rewriteRefs(inner);
   }
   return copy;
 }
@@ -64,12 +65,20 @@ function pointer(...parts: string[]): string {
 }
 
 function formatErrors(errors: ErrorObject[] | null | undefined): string {
-  return (errors ?? []).map((e) => `${e.instancePath || '(root)'} ${e.message ?? e.keyword}${e.keyword === 'additionalProperties' ? ` "${String(e.params.additionalProperty)}"` : ''}`).join('; ');
+  return (errors ?? [])
+    .map(
+      (e) =>
+        `${e.instancePath || '(root)'} ${e.message ?? e.keyword}${e.keyword === 'additionalProperties' ? ` "${String(e.params.additionalProperty)}"` : ''}`,
+    )
+    .join('; ');
 }
 
 function mediaTypeOf(value: HeaderValue): string | undefined {
   if (value === undefined) return undefined;
-  return String(Array.isArray(value) ? value[0] : value).split(';', 1)[0]!.trim().toLowerCase();
+  return String(Array.isArray(value) ? value[0] : value)
+    .split(';', 1)[0]!
+    .trim()
+    .toLowerCase();
 }
 
 const isJson = (mediaType: string) => mediaType === 'application/json' || mediaType.endsWith('+json');
@@ -108,7 +117,10 @@ export function createResponseValidator(document: Json): ResponseValidator {
 
   function resolve(value: Json): Json {
     if (value && typeof value.$ref === 'string' && value.$ref.startsWith('#/')) {
-      return value.$ref.slice(2).split('/').reduce((node: Json, part: string) => node?.[part.replaceAll('~1', '/').replaceAll('~0', '~')], document);
+      return value.$ref
+        .slice(2)
+        .split('/')
+        .reduce((node: Json, part: string) => node?.[part.replaceAll('~1', '/').replaceAll('~0', '~')], document);
     }
     return value;
   }
@@ -196,7 +208,9 @@ export function createResponseValidator(document: Json): ResponseValidator {
       const responses: Json = operation.responses ?? {};
       const statusKey = [status, `${status[0]}XX`, 'default'].find((candidate) => candidate in responses);
       if (statusKey === undefined) {
-        violations.push(`status ${status} is not documented for ${method.toUpperCase()} ${path}; documented: ${Object.keys(responses).join(', ')}`);
+        violations.push(
+          `status ${status} is not documented for ${method.toUpperCase()} ${path}; documented: ${Object.keys(responses).join(', ')}`,
+        );
       } else {
         checkAgainst(resolve(responses[statusKey]), pointer('paths', path, method, 'responses', statusKey), response, violations);
       }
@@ -218,7 +232,7 @@ export interface AttachedResponseValidator {
  * Checks every response the app sends (an onSend hook, so after serialization, as it goes on the
  * wire) against the document the app itself generates. Add it before the app is ready.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- any logger and type provider
+// biome-ignore lint/suspicious/noExplicitAny: the plugin takes any logger and type provider
 export function attachResponseValidator(app: FastifyInstance<any, any, any, any, any>): AttachedResponseValidator {
   const violations: string[] = [];
   const counts = { checked: 0, skipped: 0 };

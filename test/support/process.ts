@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
@@ -36,7 +36,10 @@ export async function startServiceProcess(env: Record<string, string>) {
   for (;;) {
     const code = await Promise.race([exited, new Promise<'running'>((r) => setTimeout(() => r('running'), 100))]);
     if (code !== 'running') throw new Error(`service exited with ${code} before listening:\n${output.join('\n')}`);
-    const ready = await fetch(`${baseUrl}/readyz`).then((r) => r.ok, () => false);
+    const ready = await fetch(`${baseUrl}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ready) break;
     if (Date.now() > deadline) {
       child.kill('SIGKILL');

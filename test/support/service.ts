@@ -8,8 +8,8 @@ import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createService, type ServiceOptions } from '../../src/service.js';
 import { createSpendSimulator, type SpendSimulator } from '../../src/spend-simulator/simulator.js';
-import { attachResponseValidator } from './openapi-validator.js';
 import { databaseUrl } from './database-url.js';
+import { attachResponseValidator } from './openapi-validator.js';
 
 export interface PartnerKeyRecord {
   key: string;

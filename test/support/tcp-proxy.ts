@@ -1,5 +1,5 @@
 import { once } from 'node:events';
-import { createServer, connect, type Socket } from 'node:net';
+import { connect, createServer, type Socket } from 'node:net';
 
 /**
  * A TCP proxy that a test can cut and restore, to make a dependency (Redis) unreachable for the
