@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import underPressure from '@fastify/under-pressure';
-import Fastify, { LogController } from 'fastify';
+import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { AgentStatusUseCase } from './agents/set-agent-status.js';
@@ -87,11 +87,11 @@ export async function buildApp(deps: AppDeps) {
 
   app.decorateRequest('partner', undefined);
   app.decorateRequest('audit', null as never);
-  app.addHook('onRequest', async (request, reply) => {
+  // Hooks on every request are plain callbacks, not async functions: no promise per request.
+  app.addHook('onRequest', (request, reply, done) => {
     request.audit = {};
-    reply.header('x-request-id', request.id);
-    reply.header('x-content-type-options', 'nosniff');
-    reply.header('cache-control', 'no-store');
+    reply.headers({ 'x-request-id': request.id, 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' });
+    done();
   });
 
   // While closing, every response ends its connection: Fastify closes idle keep-alive connections
@@ -101,18 +101,31 @@ export async function buildApp(deps: AppDeps) {
   app.addHook('preClose', async () => {
     closing = true;
   });
-  app.addHook('onSend', async (_request, reply) => {
+  app.addHook('onSend', (_request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close');
+    done(null, payload);
   });
 
   // A flood of bad keys must not become a flood of log lines: 401s are logged at most once a
   // second (metrics count every one); the next line says how many were left out.
   let last401Log = 0;
   let suppressed401 = 0;
-  app.addHook('onResponse', async (request, reply) => {
+  // One histogram child per (method, route, status): prom-client then skips hashing the labels.
+  const durations = new Map<string, { observe: (value: number) => void }>();
+  app.addHook('onResponse', (request, reply, done) => {
+    logResponse(request, reply);
+    done();
+  });
+  function logResponse(request: FastifyRequest, reply: FastifyReply): void {
     const route = request.routeOptions.url ?? 'unmatched';
     const statusCode = reply.statusCode;
-    metrics.httpRequestDuration.observe({ method: request.method, route, status_code: String(statusCode) }, reply.elapsedTime / 1000);
+    const series = `${request.method} ${route} ${statusCode}`;
+    let duration = durations.get(series);
+    if (!duration) {
+      duration = metrics.httpRequestDuration.labels({ method: request.method, route, status_code: String(statusCode) });
+      durations.set(series, duration);
+    }
+    duration.observe(reply.elapsedTime / 1000);
     let extra: { suppressedSinceLastLine?: number } = {};
     if (statusCode === 401) {
       const now = Date.now();
@@ -131,7 +144,7 @@ export async function buildApp(deps: AppDeps) {
       { method: request.method, route, statusCode, durationMs: Math.round(reply.elapsedTime * 10) / 10, ...request.audit, ...extra },
       'request completed',
     );
-  });
+  }
 
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((request, reply) =>

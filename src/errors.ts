@@ -34,7 +34,12 @@ export const problemTypes = {
 
 export type ProblemKind = keyof typeof problemTypes;
 
-const typeUri = (kind: ProblemKind) => `urn:partner-agent-status:problem:${kind.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+const typeUris = Object.fromEntries(
+  Object.keys(problemTypes).map((kind) => [
+    kind,
+    `urn:partner-agent-status:problem:${kind.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`,
+  ]),
+) as Record<ProblemKind, string>;
 
 export function problem(
   kind: ProblemKind,
@@ -43,7 +48,8 @@ export function problem(
   extension?: Pick<Problem, 'pausedCampaignCount' | 'remainingCampaignCount'>,
 ): Problem {
   const { status, title } = problemTypes[kind];
-  return { type: typeUri(kind), title, status, detail, requestId, ...extension };
+  const body: Problem = { type: typeUris[kind], title, status, detail, requestId };
+  return extension ? Object.assign(body, extension) : body;
 }
 
 export function sendProblem(reply: FastifyReply, body: Problem): FastifyReply {

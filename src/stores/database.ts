@@ -215,9 +215,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
           )
           SELECT (SELECT change_id FROM change)::text AS change_id,
                  EXISTS (SELECT 1 FROM pending) AS claimed,
-                 ARRAY(SELECT c.campaign_id::text FROM campaigns c
-                        WHERE ${unpausedOf(agentId)}
-                        ORDER BY c.campaign_id LIMIT ${batchSize}) AS campaign_ids
+                 ARRAY(SELECT id::text FROM public.unpaused_campaigns_after(agent.agent_id, NULL, ${batchSize}) AS id) AS campaign_ids
           FROM agent`);
         return row ? { changeId: row.change_id, claimed: row.claimed, firstBatch: row.campaign_ids } : undefined;
       }),
@@ -243,17 +241,15 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
 
     nextBatch: (agentId, lease, after, batchSize) =>
       timed('next_campaign_batch', async () => {
-        const afterClause = after === null ? sql.fragment`` : sql.fragment`AND c.campaign_id > ${after}::uuid`;
-        const row = await pool.one(sql.prepared(after === null ? 'pas_first_campaign_batch' : 'pas_next_campaign_batch', batchRow)`
+        const row = await pool.one(sql.prepared('pas_next_campaign_batch', batchRow)`
           WITH lease AS (
             UPDATE pending_disables SET next_attempt_at = now() + ${seconds(lease.leaseMs)}
             WHERE agent_id = ${agentId} AND claim_token = ${lease.claimToken}::uuid
             RETURNING agent_id
           )
           SELECT EXISTS (SELECT 1 FROM lease) AS held,
-                 ARRAY(SELECT c.campaign_id::text FROM campaigns c
-                        WHERE ${unpausedOf(agentId)} ${afterClause} AND EXISTS (SELECT 1 FROM lease)
-                        ORDER BY c.campaign_id LIMIT ${batchSize}) AS ids`);
+                 ARRAY(SELECT id::text FROM public.unpaused_campaigns_after(${agentId}, ${after}::uuid, ${batchSize}) AS id
+                        WHERE EXISTS (SELECT 1 FROM lease)) AS ids`);
         return { held: row.held, ids: row.ids };
       }),
 
@@ -270,9 +266,13 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
       timed('mark_campaigns_paused', async () => {
         const row = await pool.one(sql.prepared('pas_mark_campaigns_paused', countRow)`
           WITH moved AS (
-            UPDATE campaigns SET paused = true
-            WHERE campaign_id = ANY(${sql.array(campaignIds, 'uuid')}) AND agent_id = ${agentId}
-              AND active AND NOT paused
+            UPDATE campaigns c SET paused = true
+            WHERE c.campaign_id = ANY(${sql.array(campaignIds, 'uuid')})
+              -- A filter, never an index condition: the batch is found by primary key. With the
+              -- agent as index condition the planner (whenever the agent's campaigns are newer than
+              -- the statistics) walks every unpaused campaign of the agent for each batch.
+              AND (c.agent_id = ${agentId}) IS TRUE
+              AND c.active AND NOT c.paused
             RETURNING 1
           )
           SELECT count(*)::int AS n FROM moved`);
