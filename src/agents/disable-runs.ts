@@ -62,9 +62,9 @@ interface ActiveRun {
  *
  * Per batch the order is spend management, then Redis, then the database (the commit point), so
  * a campaign paused in the database is paused everywhere at every moment, whichever batches are in
- * flight. Several batches of one run overlap; before each batch starts, one statement renews the
- * lease and reads the batch, so a run whose claim is gone (superseded by an enable, or taken over)
- * starts no further pause call. A batch already sent to spend management is always completed in
+ * flight. Several batches of one run overlap; before each batch starts, one read checks the claim
+ * and reads the batch, so a run whose claim is gone (superseded by an enable, or taken over) starts
+ * no further pause call; a timer renews the lease meanwhile. A batch already sent to spend management is always completed in
  * Redis and the database.
  */
 export class DisableRunner {

@@ -116,7 +116,7 @@ export interface AgentRepository {
     batchSize: number,
   ): Promise<DisableOutcome | undefined>;
   readStatus(networkId: string, agentId: string): Promise<AgentStatusView | undefined>;
-  /** Renews the lease and reads the next batch after `after`; held false: the claim is gone. */
+  /** Checks the claim (held and not expired) and reads the next batch after `after`; held false: the claim is gone. */
   nextBatch(agentId: string, lease: Lease, after: string | null, batchSize: number): Promise<{ held: boolean; ids: string[] }>;
   renew(agentId: string, lease: Lease): Promise<boolean>;
   /** Marks campaigns paused (only those still active and unpaused); how many this call moved. */
@@ -241,15 +241,15 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
 
     nextBatch: (agentId, lease, after, batchSize) =>
       timed('next_campaign_batch', async () => {
+        // A read only: the lease is renewed by the run's timer, so a batch costs no write here.
         const row = await pool.one(sql.prepared('pas_next_campaign_batch', batchRow)`
-          WITH lease AS (
-            UPDATE pending_disables SET next_attempt_at = now() + ${seconds(lease.leaseMs)}
-            WHERE agent_id = ${agentId} AND claim_token = ${lease.claimToken}::uuid
-            RETURNING agent_id
+          WITH claim AS (
+            SELECT 1 FROM pending_disables
+            WHERE agent_id = ${agentId} AND claim_token = ${lease.claimToken}::uuid AND next_attempt_at > now()
           )
-          SELECT EXISTS (SELECT 1 FROM lease) AS held,
+          SELECT EXISTS (SELECT 1 FROM claim) AS held,
                  ARRAY(SELECT id::text FROM public.unpaused_campaigns_after(${agentId}, ${after}::uuid, ${batchSize}) AS id
-                        WHERE EXISTS (SELECT 1 FROM lease)) AS ids`);
+                        WHERE EXISTS (SELECT 1 FROM claim)) AS ids`);
         return { held: row.held, ids: row.ids };
       }),
 
