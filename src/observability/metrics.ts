@@ -54,6 +54,12 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       buckets: latencyBuckets,
       registers: [registry],
     }),
+    dependencyErrors: new Counter({
+      name: 'dependency_errors_total',
+      help: 'Failed calls to a dependency, by dependency and class (timeout, unavailable, bad_response, unauthorized, constraint, error).',
+      labelNames: ['dependency', 'reason'] as const,
+      registers: [registry],
+    }),
     breakerState: new Gauge({
       name: 'circuit_breaker_state',
       help: 'Circuit breaker state per dependency: 0 closed, 1 half-open, 2 open.',

@@ -44,6 +44,8 @@ export async function timedCall<T>(
     return result;
   } catch (error) {
     stop({ outcome: 'error' });
-    throw error instanceof DependencyError ? error : toError(error);
+    const failure = error instanceof DependencyError ? error : toError(error);
+    metrics.dependencyErrors.inc({ dependency, reason: failure.reason });
+    throw failure;
   }
 }

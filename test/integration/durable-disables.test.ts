@@ -230,6 +230,7 @@ describe('breakers that fail fast for a sequential caller', () => {
       expect(await own.service.metrics.registry.getSingleMetricAsString('spend_management_auth_failures_total')).toMatch(
         /status="401"\} 1/,
       );
+      expect(await metricValue(own, 'dependency_errors_total', 'dependency="spend_management",reason="unauthorized"')).toBe(1);
       expect(own.logs.records().some((r) => r.msg === 'spend management refused our credentials: check SPEND_MANAGEMENT_TOKEN')).toBe(true);
       expect(own.logs.lines.join('\n')).not.toContain(token);
       expect(await pendingRow(agentId)).toMatchObject({ last_error: 'spend_management:unauthorized' });

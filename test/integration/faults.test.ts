@@ -242,6 +242,12 @@ describe('PostgreSQL unreachable', () => {
       });
       expect(failed.statusCode).toBe(500);
       expect(failed.json().detail).toMatch(/The database did not answer/);
+      // Classified, in the log line and the metric: the connection, not the statement, failed.
+      const logged = own.logs.records().find((r) => r.requestId === failed.headers['x-request-id'] && r.msg === 'dependency failure');
+      expect(logged).toMatchObject({ dependency: 'postgres', reason: expect.stringMatching(/^(unavailable|timeout)$/) });
+      expect(await own.service.metrics.registry.getSingleMetricAsString('dependency_errors_total')).toMatch(
+        /dependency_errors_total\{dependency="postgres",reason="(unavailable|timeout)"\} [1-9]/,
+      );
       pgProxy.restore();
       let ready = 0;
       for (let attempt = 0; attempt < 50 && ready !== 200; attempt++) {
