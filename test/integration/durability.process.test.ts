@@ -1,58 +1,49 @@
 import { once } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
-import { createSpendSimulator } from '../../src/spend-simulator/simulator.js';
+import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { databaseUrl } from '../support/database-url.js';
 import { startServiceProcess } from '../support/process.js';
-import { keysDocument } from '../support/service.js';
+import { processEnvironment } from '../support/process-environment.js';
 
 // CONTRACT.md sections 7 and 9 at the level of whole processes: the built service (as `npm start`
 // runs it) killed, drained and run twice over one database, against the real PostgreSQL and Redis
 // and the spend-management simulator running in this test process.
 const db = testDatabase();
-const simulator = createSpendSimulator({ keepRequests: 20_000 });
-const sim = simulator.simulator;
 const key = newApiKey();
+let sim: SpendSimulator['simulator'];
+let environment: Awaited<ReturnType<typeof processEnvironment>>;
 let redis: Redis;
 let networkId: string;
-let keysDir: string;
 let baseEnv: Record<string, string>;
 
 type ServiceProcess = Awaited<ReturnType<typeof startServiceProcess>>;
 
 beforeAll(async () => {
-  await simulator.listen({ port: 0, host: '127.0.0.1' });
   redis = new Redis(inject('redisUrl'), { keyPrefix: inject('redisKeyPrefix'), lazyConnect: true });
   await redis.connect();
   networkId = await db.network();
-  keysDir = mkdtempSync(join(tmpdir(), 'pas-durability-keys-'));
-  writeFileSync(join(keysDir, 'partner-keys.json'), keysDocument([{ key, networkId, name: 'durability-partner' }]));
-  baseEnv = {
-    DATABASE_URL: databaseUrl(),
-    REDIS_URL: inject('redisUrl'),
-    REDIS_KEY_PREFIX: inject('redisKeyPrefix'),
-    SPEND_MANAGEMENT_URL: `http://127.0.0.1:${(simulator.server.address() as { port: number }).port}`,
-    PARTNER_KEYS_FILE: join(keysDir, 'partner-keys.json'),
-    LOG_LEVEL: 'info',
-    OTEL_SDK_DISABLED: 'true',
-    DRAIN_DELAY_MS: '0',
-    RATE_LIMIT_MAX: '0',
-    // Quick hand-overs: a dead replica's claim runs out after 2 s, workers look every ~200 ms.
-    WORKER_LEASE_MS: '2000',
-    WORKER_POLL_INTERVAL_MS: '200',
-  };
+  environment = await processEnvironment(
+    [{ key, networkId, name: 'durability-partner' }],
+    {
+      OTEL_SDK_DISABLED: 'true',
+      DRAIN_DELAY_MS: '0',
+      RATE_LIMIT_MAX: '0',
+      // Quick hand-overs: a dead replica's claim runs out after 2 s, workers look every ~200 ms.
+      WORKER_LEASE_MS: '2000',
+      WORKER_POLL_INTERVAL_MS: '200',
+    },
+    { keepRequests: 20_000 },
+  );
+  sim = environment.simulator.simulator;
+  baseEnv = environment.env;
 });
 
 afterAll(async () => {
-  await simulator.close();
+  await environment?.close();
   redis.disconnect();
   await db.close();
-  rmSync(keysDir, { recursive: true, force: true });
 });
 
 function setStatus(baseUrl: string, agentId: string, enabled: boolean, signal?: AbortSignal) {

@@ -1,40 +1,29 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
-import { createSpendSimulator } from '../../src/spend-simulator/simulator.js';
+import { writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { databaseUrl } from '../support/database-url.js';
 import { startServiceProcess } from '../support/process.js';
-import { keysDocument } from '../support/service.js';
+import { processEnvironment } from '../support/process-environment.js';
 
 // The built service started as `npm start` starts it: telemetry preloaded, configured by env.
 const db = testDatabase();
-const simulator = createSpendSimulator();
 const key = newApiKey();
 let networkId: string;
-let keysDir: string;
+let environment: Awaited<ReturnType<typeof processEnvironment>>;
+let simulator: SpendSimulator;
 let baseEnv: Record<string, string>;
 
 beforeAll(async () => {
-  await simulator.listen({ port: 0, host: '127.0.0.1' });
   networkId = await db.network();
-  keysDir = mkdtempSync(join(tmpdir(), 'pas-proc-keys-'));
-  writeFileSync(join(keysDir, 'partner-keys.json'), keysDocument([{ key, networkId, name: 'traced-partner' }]));
-  baseEnv = {
-    DATABASE_URL: databaseUrl(),
-    REDIS_URL: inject('redisUrl'),
-    REDIS_KEY_PREFIX: inject('redisKeyPrefix'),
-    SPEND_MANAGEMENT_URL: `http://127.0.0.1:${(simulator.server.address() as { port: number }).port}`,
-    PARTNER_KEYS_FILE: join(keysDir, 'partner-keys.json'),
-    LOG_LEVEL: 'info',
-  };
+  environment = await processEnvironment([{ key, networkId, name: 'traced-partner' }]);
+  simulator = environment.simulator;
+  baseEnv = environment.env;
 });
 
 afterAll(async () => {
-  await simulator.close();
+  await environment?.close();
   await db.close();
-  rmSync(keysDir, { recursive: true, force: true });
 });
 
 function disable(baseUrl: string, agentId: string) {
@@ -84,7 +73,7 @@ describe('configuration: a missing or invalid variable stops the start with one 
   });
 
   it('exits 1 when no valid key set can be loaded', async () => {
-    const bad = join(keysDir, 'bad.json');
+    const bad = join(dirname(baseEnv.PARTNER_KEYS_FILE!), 'bad.json');
     writeFileSync(bad, '{"partner-keys": {}}');
     await expect(startServiceProcess({ ...baseEnv, PARTNER_KEYS_FILE: bad, OTEL_SDK_DISABLED: 'true' })).rejects.toThrow(
       /exited with 1[\s\S]*holds no key/,
