@@ -43,7 +43,7 @@ export interface RunRequest {
   claimToken: string;
   /** The statements to use: the request pool's or the worker's. */
   agents: AgentRepository;
-  /** Read by the statement that claimed the row; otherwise the run reads its own. */
+  /** Read by the statement that claimed the row (up to batchSize + 1 ids); otherwise the run reads its own. */
   firstBatch?: string[];
   /** Epoch ms by which the run stops starting batches (the request's deadline). */
   stopAt: number;
@@ -157,12 +157,13 @@ export class DisableRunner {
     // restriction trigger makes them wait for each other) can sort before the first pass's cursor.
     for (let pass = 0; pass < 2; pass += 1) {
       let cursor: string | null = null;
-      // A batch shorter than batchSize was the last one: no statement needed to find that out.
+      // Each read asks for one campaign more than a batch: when it is not there, the batch was the
+      // last one and no statement is needed to find that out.
       let exhausted = false;
       try {
         for (;;) {
           while (inFlight.size >= batchesInFlight) await Promise.race(inFlight);
-          if (failure || lostClaim) break;
+          if (failure || lostClaim || exhausted) break;
           const now = Date.now();
           if (now + batchBudgetMs > this.stopAllAt) {
             stopped = 'shutdown';
@@ -172,13 +173,12 @@ export class DisableRunner {
             stopped = 'deadline';
             break;
           }
-          if (exhausted) break;
           let ids: string[];
           if (next) {
             ids = next;
             next = undefined;
           } else {
-            const batch = await agents.nextBatch(agentId, lease, cursor, batchSize);
+            const batch = await agents.nextBatch(agentId, lease, cursor, batchSize + 1);
             if (!batch.held) {
               lostClaim = true;
               break;
@@ -186,7 +186,8 @@ export class DisableRunner {
             ids = batch.ids;
           }
           if (ids.length === 0) break;
-          exhausted = ids.length < batchSize;
+          exhausted = ids.length <= batchSize;
+          if (!exhausted) ids = ids.slice(0, batchSize);
           cursor = ids.at(-1)!;
           const running: Promise<void> = processBatch(ids)
             .catch((error: unknown) => {

@@ -120,7 +120,8 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
         agentId,
         { partnerName: command.partnerName, requestId: command.requestId },
         { ...runner.lease(claimToken), traceParent: currentTraceParent() },
-        deps.batchSize,
+        // One more than a batch: the run then knows whether the first batch is the last.
+        deps.batchSize + 1,
       );
       if (!outcome) throw new AgentNotInNetwork();
       let paused = 0;
