@@ -175,7 +175,9 @@ async function startTracing(): Promise<void> {
       startIncomingSpanHook: (request) => ((request.url ?? '').includes('?') ? { 'url.query': redacted } : {}),
     }),
     // Queries and commands outside a request (pool warm-up, readiness pings) are not traced.
-    new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false }),
+    // No span for taking a pooled connection (the pool checks one out for every query): it would
+    // double the spans of every request and tells nothing the query span does not.
+    new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false, ignoreConnectSpans: true }),
     new IORedisInstrumentation({ requireParentSpan: true }),
     // One span per Secrets Manager call, without the HTTP client span under it.
     new AwsInstrumentation({ suppressInternalInstrumentation: true }),
