@@ -34,7 +34,8 @@ export interface AppDeps {
   agentStatus: AgentStatusUseCase;
   /** Readiness: keys loaded, database reachable, not draining. */
   isReady: () => Promise<boolean>;
-  limits: LimitSettings & { redis: Redis; keyPrefix: string };
+  /** redis: the rate limit's client, absent when the limit is off (RATE_LIMIT_MAX=0). */
+  limits: LimitSettings & { redis: Redis | undefined; keyPrefix: string };
 }
 
 export const bodyLimitBytes = 16 * 1024;

@@ -95,31 +95,9 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
       }),
     (store) => store.close(),
   );
-  // The rate limit's own client: it must fail fast (fail open) and never queue while disconnected.
-  const rateLimitRedis = resources.own(
-    'rate-limit redis',
-    new Redis(config.redisUrl, {
-      protocol: 2,
-      lazyConnect: true,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      commandTimeout: Math.min(config.redisCommandTimeoutMs, 250),
-      connectTimeout: 1_000,
-      retryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
-    }),
-    (client) => client.quit().catch(() => client.disconnect()),
-  );
-  rateLimitRedis.on('error', () => undefined);
-  rateLimitRedis.connect().catch(() => undefined);
-  // Serve the first requests with the limit on: wait (briefly) for the connection. Redis being down
-  // does not stop the start; the limit then fails open until it is back.
-  await new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, 2_000);
-    rateLimitRedis.once('ready', () => {
-      clearTimeout(timer);
-      resolve();
-    });
-  });
+  // The rate limit's own client (none when the limit is off): it must fail fast (fail open) and
+  // never queue while disconnected.
+  const rateLimitRedis = config.limits.rateLimitMax > 0 ? await connectRateLimitRedis(config, resources) : undefined;
 
   const spend = createSpendManagementClient({
     baseUrl: config.spendManagementUrl,
@@ -241,3 +219,31 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 }
 
 export type Service = Awaited<ReturnType<typeof createService>>;
+
+async function connectRateLimitRedis(config: Config, resources: Resources): Promise<Redis> {
+  const client = resources.own(
+    'rate-limit redis',
+    new Redis(config.redisUrl, {
+      protocol: 2,
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      commandTimeout: Math.min(config.redisCommandTimeoutMs, 250),
+      connectTimeout: 1_000,
+      retryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
+    }),
+    (redis) => redis.quit().catch(() => redis.disconnect()),
+  );
+  client.on('error', () => undefined);
+  client.connect().catch(() => undefined);
+  // Serve the first requests with the limit on: wait (briefly) for the connection. Redis being down
+  // does not stop the start; the limit then fails open until it is back.
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, 2_000);
+    client.once('ready', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+  return client;
+}

@@ -71,6 +71,8 @@ async function start() {
     DATABASE_URL: databaseUrl,
     DATABASE_POOL_SIZE: '1',
     REDIS_URL: 'redis://in-process.invalid:6379',
+    // No Redis here to count requests in: the rate limit is off unless asked for.
+    RATE_LIMIT_MAX: process.env.RATE_LIMIT_MAX ?? '0',
     SPEND_MANAGEMENT_URL: `http://127.0.0.1:${simulatorPort}`,
     PARTNER_KEYS_FILE: join(keysDir, 'partner-keys.json'),
     PARTNER_KEYS_SECRET_ID: '',

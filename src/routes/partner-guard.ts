@@ -11,7 +11,7 @@ export interface GuardSettings {
   metrics: Metrics;
   rateLimitMax: number;
   rateLimitWindowMs: number;
-  redis: Redis;
+  redis: Redis | undefined;
   keyPrefix: string;
 }
 
@@ -44,7 +44,7 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
     request.audit.partner = partner.name;
     trace.getActiveSpan()?.setAttributes({ 'partner.name': partner.name, 'network.id': partner.networkId });
   }
-  if (settings.rateLimitMax === 0) return [authenticate];
+  if (settings.rateLimitMax === 0 || !settings.redis) return [authenticate];
 
   await app.register(rateLimit, {
     global: false,
