@@ -158,7 +158,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   });
   const worker = createConvergenceWorker({ agents: workerAgents, runner, settings: config.worker, owner, metrics, log: logger });
 
-  const readiness = createReadiness({ ping: () => createAgentRepository(probePool, metrics).ping(), keyStore, metrics });
+  const probe = createAgentRepository(probePool, metrics);
+  const readiness = createReadiness({ ping: probe.ping, keyStore, metrics });
   const app = await buildApp({
     logger,
     metrics,

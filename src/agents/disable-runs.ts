@@ -51,7 +51,6 @@ export interface RunRequest {
 
 interface ActiveRun {
   networkId: string;
-  claimToken: string;
   done: Promise<RunEnd>;
 }
 
@@ -82,10 +81,6 @@ export class DisableRunner {
     return this.runs.get(agentId);
   }
 
-  get size(): number {
-    return this.runs.size;
-  }
-
   lease(claimToken: string): Lease {
     return { claimToken, owner: this.settings.owner, leaseMs: this.settings.leaseMs };
   }
@@ -102,7 +97,7 @@ export class DisableRunner {
 
   run(request: RunRequest): Promise<RunEnd> {
     const done = this.execute(request);
-    const entry: ActiveRun = { networkId: request.networkId, claimToken: request.claimToken, done };
+    const entry: ActiveRun = { networkId: request.networkId, done };
     this.runs.set(request.agentId, entry);
     void done.finally(() => {
       if (this.runs.get(request.agentId) === entry) this.runs.delete(request.agentId);
@@ -201,7 +196,9 @@ export class DisableRunner {
       } finally {
         await Promise.allSettled([...inFlight]);
       }
-      if (lostClaim || failure || stopped || notConfirmed) break;
+      // Stopped by a deadline or a shutdown right after the last batch: the finishing statement
+      // (it deletes the row only when nothing is left) tells whether the run is in fact complete.
+      if (lostClaim || failure || notConfirmed) break;
       try {
         if (await agents.finish(agentId, claimToken)) {
           clearInterval(renewal);
@@ -211,6 +208,7 @@ export class DisableRunner {
         failure = toDependencyError(error);
         break;
       }
+      if (stopped) break;
     }
     clearInterval(renewal);
 
@@ -233,14 +231,6 @@ export class DisableRunner {
       )
       .catch(() => undefined);
     const remaining = await agents.remainingCampaigns(agentId).catch(() => undefined);
-    // Stopped just after the last batch: nothing is left, so the run is in fact complete.
-    if (remaining === 0 && (cause.kind === 'deadline' || cause.kind === 'shutdown')) {
-      const finished = await agents
-        .takeOver(agentId, lease)
-        .then((t) => t.claimed && agents.finish(agentId, claimToken))
-        .catch(() => false);
-      if (finished) return { kind: 'completed', paused };
-    }
     return { kind: 'incomplete', paused, remaining, cause };
   }
 }

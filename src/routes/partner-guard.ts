@@ -59,9 +59,10 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
   const policy = `"partner";q=${settings.rateLimitMax};w=${Math.ceil(settings.rateLimitWindowMs / 1000)}`;
   let lastFailOpenLog = 0;
   const limitFields = new WeakMap<FastifyRequest, Record<string, string>>();
-  app.addHook('onSend', async (request, reply) => {
+  app.addHook('onSend', (request, reply, payload, done) => {
     const fields = limitFields.get(request);
     if (fields && reply.statusCode < 400) reply.headers(fields);
+    done(null, payload);
   });
 
   async function limitRate(request: FastifyRequest, reply: FastifyReply) {

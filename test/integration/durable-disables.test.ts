@@ -282,10 +282,19 @@ describe('the worker', () => {
       await svc.service.worker.pollNow();
       expect(await svc.service.metrics.registry.getSingleMetricAsString('pending_disables')).toMatch(/pending_disables [1-9]/);
       await svc.service.worker.drained();
+      // Fail it again until base × 2^(attempts−1) is far past the cap (10 ms base, 20 ms cap here:
+      // 320 ms uncapped at the 6th attempt); each failed attempt releases the row with that backoff.
+      for (let round = 0; round < 50 && ((await pendingRow(agentId))?.attempts ?? 0) < 6; round += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 25));
+        await svc.service.worker.pollNow();
+        await svc.service.worker.drained();
+      }
       const { rows } = await db.pool.query(
-        'SELECT extract(epoch FROM next_attempt_at - now()) * 1000 AS wait_ms FROM pending_disables WHERE agent_id = $1',
+        'SELECT attempts, claim_token, extract(epoch FROM next_attempt_at - now()) * 1000 AS wait_ms FROM pending_disables WHERE agent_id = $1',
         [agentId],
       );
+      expect(rows[0].attempts).toBeGreaterThanOrEqual(6);
+      expect(rows[0].claim_token).toBeNull();
       expect(Number(rows[0].wait_ms)).toBeLessThanOrEqual(20);
     } finally {
       svc.simulator.simulator.setMode('ok');
