@@ -7,6 +7,9 @@
 //
 // `npm run bench -- --quick`: a second or two per figure and small campaign counts, no targets
 // judged; for CI, so the benchmark never rots.
+// `npm run bench -- --only=disables,401`: only those phases (for profiling; full figures, written
+// where a quick run's go, never as the results of record). BENCH_SERVICE_FLAGS adds Node flags to the service
+// processes (`--cpu-prof --cpu-prof-dir=/tmp/prof`, say).
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,15 +17,24 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { migrate } from '../../src/db/migrate.js';
+import { insertCampaigns, insertNetwork } from '../../src/dev/seed.js';
 import { createSpendSimulator } from '../../src/spend-simulator/simulator.js';
-import { insertCampaigns, insertNetwork } from '../support/platform-rows.js';
 import { freePort } from '../support/process.js';
 import { type LoadFigure, type LoadPlan, measure, statusPosts } from './load.js';
 import { startOtlpSink } from './otlp-sink.js';
 import { type Child, memoryOf, pinLoadGenerator, pinning, root, startPinned, tail } from './processes.js';
 import { describeMachine, type Row, renderTable, verdictOf, writeResults } from './report.js';
 
+const phases = ['floors', 'enable', 'tracing', '401', '429', 'disables', 'concurrent'] as const;
+type Phase = (typeof phases)[number];
+const onlyArgument = process.argv.find((argument) => argument.startsWith('--only='));
+const only = onlyArgument ? new Set(onlyArgument.slice('--only='.length).split(',')) : undefined;
+for (const name of only ?? []) {
+  if (!(phases as readonly string[]).includes(name)) throw new Error(`--only: unknown phase ${name} (phases: ${phases.join(', ')})`);
+}
+const runs = (name: Phase) => !only || only.has(name);
 const quick = process.argv.includes('--quick');
+const serviceFlags = (process.env.BENCH_SERVICE_FLAGS ?? '').split(/\s+/).filter(Boolean);
 const plan = quick
   ? {
       connections: 32,
@@ -161,7 +173,7 @@ async function startService(name: string, env: Record<string, string>) {
   const start = startCommand();
   const child = await startPinned({
     name,
-    args: start.args,
+    args: [...serviceFlags, ...start.args],
     readyUrl: `http://127.0.0.1:${port}/readyz`,
     logFile: join(workDir, `${name}.log`),
     env: {
@@ -523,30 +535,32 @@ await phase('service (tracing off)', async () => {
   processes['tracing off'] = { startToReadyMs: service.startToReadyMs, rssAtReadyMiB: service.rssAtReadyMiB };
   console.log(`  tracing off: start to ready ${service.startToReadyMs} ms, RSS at ready ${service.rssAtReadyMiB} MiB`);
 });
-await floor('pg', 'floor: SELECT 1 via node-postgres');
-await floor('slonik', 'floor: SELECT 1 via slonik (service pool)');
-await floor('update', 'floor: enable UPDATE alone via node-postgres');
-await floor('enable', 'floor: enable (rate-limit EVALSHA + durable write) via node-postgres');
+if (runs('floors')) {
+  await floor('pg', 'floor: SELECT 1 via node-postgres');
+  await floor('slonik', 'floor: SELECT 1 via slonik (service pool)');
+  await floor('update', 'floor: enable UPDATE alone via node-postgres');
+  await floor('enable', 'floor: enable (rate-limit EVALSHA + durable write) via node-postgres');
+}
 const up = service;
-if (up) {
+if (up && runs('enable')) {
   await phase('enable', async () => {
     await checkRateLimitIsOn(up.statusUrl);
     await measureEnable('enable', up.statusUrl);
   });
 }
-await phase('service (tracing on)', tracedEnable);
-await floor('bare', 'floor: bare Fastify route');
-if (up) {
+if (runs('tracing')) await phase('service (tracing on)', tracedEnable);
+if (runs('401') || runs('429')) await floor('bare', 'floor: bare Fastify route');
+if (up && runs('401')) {
   await phase('401 path', async () => {
     const result = await measure('401 path (unknown keys)', statusPosts(up.statusUrl, badKeys, enableAgents, true), loadPlan, 401);
     failures.push(...result.problems);
     loads['401 path'] = result.figure;
   });
 }
-await phase('429 path', overTheLimit);
+if (runs('429')) await phase('429 path', overTheLimit);
 if (up) {
-  await phase('disable latency', () => disableLatency(up));
-  await phase('disables under load', () => disablesUnderLoad(up));
+  if (runs('disables')) await phase('disable latency', () => disableLatency(up));
+  if (runs('concurrent')) await phase('disables under load', () => disablesUnderLoad(up));
   const memory = memoryOf(up.child.pid!);
   processes['tracing off'] = { ...processes['tracing off']!, rssAfterLoadMiB: memory.rssMiB, peakRssMiB: memory.peakMiB };
   console.log(`  tracing off: RSS after the load ${memory.rssMiB} MiB (peak ${memory.peakMiB} MiB)`);
@@ -649,11 +663,11 @@ if (on) {
 rows.push(...candidates.filter((row): row is Row => row !== undefined));
 
 const at = new Date();
-const judge = !quick;
+const judge = !quick && !only;
 console.log(`\n${renderTable(rows, judge)}\n`);
-const written = writeResults(join(root, 'test/bench/results'), quick, at, {
+const written = writeResults(join(root, 'test/bench/results'), quick || only !== undefined, at, {
   at: at.toISOString(),
-  mode: quick ? 'quick' : 'full',
+  mode: only ? `only ${[...only].join(',')}` : quick ? 'quick' : 'full',
   machine,
   plan,
   table: rows.map((row) => ({ ...row, result: verdictOf(row, judge) })),
@@ -679,4 +693,6 @@ if (failures.length > 0) {
 }
 rmSync(workDir, { recursive: true, force: true });
 const misses = rows.filter((row) => verdictOf(row, judge) === 'miss').length;
-console.log(quick ? 'quick run: every answer as expected; targets not judged' : `every answer as expected; ${misses} target(s) missed`);
+console.log(
+  !judge ? 'quick or partial run: every answer as expected; targets not judged' : `every answer as expected; ${misses} target(s) missed`,
+);
