@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import underPressure from '@fastify/under-pressure';
+import { trace } from '@opentelemetry/api';
 import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
@@ -92,6 +93,11 @@ export async function buildApp(deps: AppDeps) {
   app.addHook('onRequest', (request, reply, done) => {
     request.audit = {};
     reply.headers({ 'x-request-id': request.id, 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' });
+    // Tracing on: the HTTP server span (the request's only span from the framework) gets its route,
+    // so traces group by endpoint; tracing off, there is no active span and this costs one lookup.
+    const span = trace.getActiveSpan();
+    const route = request.routeOptions.url;
+    if (span && route) span.setAttribute('http.route', route).updateName(`${request.method} ${route}`);
     done();
   });
 

@@ -2,14 +2,16 @@
 // module graph loads, because pg, ioredis and the AWS SDK are patched as they are loaded.
 //
 // Tracing off (OTEL_SDK_DISABLED=true) loads nothing but @opentelemetry/api, which the app loads
-// anyway: every other import sits inside startTracing, import-in-the-middle's loader hook included. Tracing on loads only the four
-// instrumentations the service uses (http for the server, got and the AWS SDK's HTTP handler; pg;
-// ioredis; aws-sdk) plus @fastify/otel, never the auto-instrumentations bundle (about 40 packages).
+// anyway: every other import sits inside startTracing, import-in-the-middle's loader hook included.
+// Tracing on loads only the five instrumentations the service uses (http for the server; undici for
+// the spend call through fetch; pg; ioredis; aws-sdk), never the auto-instrumentations bundle
+// (about 40 packages), and no Fastify instrumentation: its span per request told nothing the
+// server span does not once the app names that span by route (app.ts), and cost about a fifth of
+// tracing's CPU (one span of five per enable, plus its hooks).
 // test/integration/tracing.test.ts fails if the spans of pg, ioredis or the spend call go missing.
 //
 // What a trace may hold is decided here, in three layers:
-// 1. The instrumentations record no headers, the server span's `url.query` is replaced, and the
-//    @fastify/otel request span's `url.path` is the path without its query.
+// 1. The instrumentations record no headers, and the server span's `url.query` is replaced.
 // 2. Trace context is ours: an incoming `traceparent`, `tracestate` or `baggage` is never extracted
 //    (see egressOnlyTraceContext), and we send only `traceparent` to our dependencies.
 // 3. Last line: every span passes through scrubSpan before the exporter, which overwrites any
@@ -155,18 +157,18 @@ async function startTracing(): Promise<void> {
   const [
     { NodeSDK },
     { HttpInstrumentation },
+    { UndiciInstrumentation },
     { PgInstrumentation },
     { IORedisInstrumentation },
     { AwsInstrumentation },
-    { FastifyOtelInstrumentation },
     exporter,
   ] = await Promise.all([
     import('@opentelemetry/sdk-node'),
     import('@opentelemetry/instrumentation-http'),
+    import('@opentelemetry/instrumentation-undici'),
     import('@opentelemetry/instrumentation-pg'),
     import('@opentelemetry/instrumentation-ioredis'),
     import('@opentelemetry/instrumentation-aws-sdk'),
-    import('@fastify/otel'),
     loadExporter(),
   ]);
 
@@ -179,7 +181,12 @@ async function startTracing(): Promise<void> {
       // The API takes no query parameters: a query is a mistake (a key pasted into the URL), and
       // the instrumentation would export it, redacting only signature-style names.
       startIncomingSpanHook: (request) => ((request.url ?? '').includes('?') ? { 'url.query': redacted } : {}),
+      // Outgoing calls over node:http are the exporter's own (not traced anyway) and the AWS SDK's
+      // (under its own span, see below): nothing to wrap.
+      disableOutgoingRequestInstrumentation: true,
     }),
+    // The spend-management call (fetch): a client span, and our traceparent on the request.
+    new UndiciInstrumentation({ requireParentforSpans: true }),
     // Queries and commands outside a request (pool warm-up, readiness pings) are not traced.
     // No span for taking a pooled connection (the pool checks one out for every query): it would
     // double the spans of every request and tells nothing the query span does not.
@@ -187,17 +194,6 @@ async function startTracing(): Promise<void> {
     new IORedisInstrumentation({ requireParentSpan: true }),
     // One span per Secrets Manager call, without the HTTP client span under it.
     new AwsInstrumentation({ suppressInternalInstrumentation: true }),
-    new FastifyOtelInstrumentation({
-      registerOnInitialization: true,
-      ignorePaths: ({ url }) => unobserved.has(pathOf(url)),
-      // One `request` span per request: no span per hook or for the handler (they tell an SRE
-      // nothing the request span and the use case span do not), and no exception event per 4xx.
-      instrumentHooks: false,
-      instrumentHandler: false,
-      recordExceptions: false,
-      // @fastify/otel records request.url, query included, as url.path.
-      requestHook: (span, request) => span.setAttribute('url.path', pathOf(request.url)),
-    }),
   ];
 
   // pg, ioredis and the AWS SDK are CommonJS and patched through require-in-the-middle. The ESM

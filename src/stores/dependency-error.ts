@@ -5,7 +5,7 @@ export type DependencyFailure = 'breaker_open' | 'timeout' | 'unavailable' | 'ba
 /**
  * A dependency (spend management, Redis, PostgreSQL) failed or its breaker is open. Carries only
  * what is safe to log: which dependency, what kind of failure, an HTTP status or error code. The
- * original error (a got error holds the request's headers, the bearer token among them) is not
+ * original error (an HTTP client's error may hold the request's headers, the bearer token among them) is not
  * kept, so nothing secret can reach a log line or an error body through it.
  */
 export class DependencyError extends Error {
