@@ -173,7 +173,7 @@ async function startService(name: string, env: Record<string, string>) {
   const start = startCommand();
   const child = await startPinned({
     name,
-    args: [...serviceFlags, ...start.args],
+    args: [...start.args.slice(0, -1), ...serviceFlags, ...start.args.slice(-1)], // after the start script's flags, which they override
     readyUrl: `http://127.0.0.1:${port}/readyz`,
     logFile: join(workDir, `${name}.log`),
     env: {
