@@ -99,13 +99,17 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   // never queue while disconnected.
   const rateLimitRedis = config.limits.rateLimitMax > 0 ? await connectRateLimitRedis(config, resources) : undefined;
 
-  const spend = createSpendManagementClient({
-    baseUrl: config.spendManagementUrl,
-    token: config.spendManagementToken,
-    timeoutMs: config.spendManagementTimeoutMs,
-    metrics,
-    log: logger,
-  });
+  const spend = resources.own(
+    'spend-management client',
+    createSpendManagementClient({
+      baseUrl: config.spendManagementUrl,
+      token: config.spendManagementToken,
+      timeoutMs: config.spendManagementTimeoutMs,
+      metrics,
+      log: logger,
+    }),
+    (client) => client.close(),
+  );
   const spendBreaker = resources.own(
     'spend-management breaker',
     createBreaker(

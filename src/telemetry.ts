@@ -4,7 +4,7 @@
 // Tracing off (OTEL_SDK_DISABLED=true) loads nothing but @opentelemetry/api, which the app loads
 // anyway: every other import sits inside startTracing, import-in-the-middle's loader hook included.
 // Tracing on loads only the five instrumentations the service uses (http for the server; undici for
-// the spend call through fetch; pg; ioredis; aws-sdk), never the auto-instrumentations bundle
+// the spend call; pg; ioredis; aws-sdk), never the auto-instrumentations bundle
 // (about 40 packages), and no Fastify instrumentation: its span per request told nothing the
 // server span does not once the app names that span by route (app.ts), and cost about a fifth of
 // tracing's CPU (one span of five per enable, plus its hooks).
@@ -185,7 +185,7 @@ async function startTracing(): Promise<void> {
       // (under its own span, see below): nothing to wrap.
       disableOutgoingRequestInstrumentation: true,
     }),
-    // The spend-management call (fetch): a client span, and our traceparent on the request.
+    // The spend-management call (undici): a client span, and our traceparent on the request.
     new UndiciInstrumentation({ requireParentforSpans: true }),
     // Queries and commands outside a request (pool warm-up, readiness pings) are not traced.
     // No span for taking a pooled connection (the pool checks one out for every query): it would

@@ -50,9 +50,16 @@ async function serve(answer: (seen: Seen, response: ServerResponse) => void): Pr
 const token = `sm_${randomBytes(24).toString('base64url')}`;
 const ids = [randomUUID(), randomUUID(), randomUUID()];
 
+const clients: Array<{ close: () => Promise<void> }> = [];
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((spend) => spend.close()));
+});
+
 function client(baseUrl: string, timeoutMs = 2_000) {
   const metrics = createMetrics();
-  return { metrics, spend: createSpendManagementClient({ baseUrl, token, timeoutMs, metrics, log: pino({ level: 'silent' }) }) };
+  const spend = createSpendManagementClient({ baseUrl, token, timeoutMs, metrics, log: pino({ level: 'silent' }) });
+  clients.push(spend);
+  return { metrics, spend };
 }
 
 async function failureOf(call: Promise<unknown>): Promise<DependencyError> {
