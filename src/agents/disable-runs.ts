@@ -129,7 +129,8 @@ export class DisableRunner {
     );
     renewal.unref();
 
-    const processBatch = async (ids: string[]) => {
+    let finishedByMark = false;
+    const processBatch = async (ids: string[], last: boolean) => {
       const spend = await this.ports.pauseSpending(ids);
       if (spend.confirmed.length < ids.length) {
         notConfirmed ??= 'spend_management';
@@ -142,8 +143,11 @@ export class DisableRunner {
         this.metrics.campaignsNotConfirmed.inc({ dependency: 'redis' }, spend.confirmed.length - stored.confirmed.length);
       }
       if (stored.confirmed.length === 0) return;
-      const moved = await agents.markPaused(agentId, stored.confirmed);
-      paused += moved; // not `paused += await …`: that would read `paused` before other batches add to it
+      // The batch read as the run's last, all confirmed: its statement may finish the run too.
+      const finish = last && !notConfirmed && stored.confirmed.length === ids.length;
+      const marked = await agents.markPaused(agentId, stored.confirmed, finish ? claimToken : undefined);
+      paused += marked.moved; // not `paused += await …`: that would read `paused` before other batches add to it
+      if (marked.finished) finishedByMark = true;
     };
 
     const inFlight = new Set<Promise<void>>();
@@ -184,7 +188,7 @@ export class DisableRunner {
           exhausted = ids.length <= batchSize;
           if (!exhausted) ids = ids.slice(0, batchSize);
           cursor = ids.at(-1)!;
-          const running: Promise<void> = processBatch(ids)
+          const running: Promise<void> = processBatch(ids, exhausted)
             .catch((error: unknown) => {
               failure ??= toDependencyError(error);
             })
@@ -198,6 +202,11 @@ export class DisableRunner {
       }
       // Stopped by a deadline or a shutdown right after the last batch: the finishing statement
       // (it deletes the row only when nothing is left) tells whether the run is in fact complete.
+      // The last batch's statement found nothing left (so no batch failed or went unconfirmed).
+      if (finishedByMark) {
+        clearInterval(renewal);
+        return { kind: 'completed', paused };
+      }
       if (lostClaim || failure || notConfirmed) break;
       try {
         if (await agents.finish(agentId, claimToken)) {

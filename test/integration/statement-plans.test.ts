@@ -4,6 +4,8 @@
 // that expects thousands of rows per agent may read the whole campaigns table for an agent that has
 // none (found by the benchmark: the finishing statement took 40 ms from its sixth run on). This
 // file's database forces generic plans from the first run and counts sequential scans of campaigns.
+// It also checks, on those plans, the one statement whose result depends on what else is in the
+// table: the last batch's mark, which finishes the run only when no other campaign is left.
 import { randomUUID } from 'node:crypto';
 import { type DatabasePool, sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -70,12 +72,59 @@ describe('statement plans under skew (generic plans forced)', () => {
       expect(await agents.nextBatch(agentId, lease, null, 101)).toEqual({ held: true, ids: outcome?.firstBatch });
       expect(await agents.finish(agentId, claimToken)).toBe(campaigns === 0);
       if (campaigns > 0) {
-        expect(await agents.markPaused(agentId, outcome?.firstBatch ?? [])).toBe(campaigns);
-        expect(await agents.finish(agentId, claimToken)).toBe(true);
+        expect(await agents.markPaused(agentId, outcome?.firstBatch ?? [], claimToken)).toEqual({ moved: campaigns, finished: true });
       }
     }
     const after = await campaignScans();
     expect(after.idx_scan).toBeGreaterThan(before.idx_scan); // the counters did move: the check can fail
     expect(after.seq_scan - before.seq_scan).toBe(0);
+  });
+});
+
+describe("the last batch's statement finishes the run only when nothing is left (plans generic, as above)", () => {
+  const pending = async (agentId: string) =>
+    (await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId])).rowCount === 1;
+
+  it('leaves the pending row while any other campaign is unpaused, before or after the batch in campaign order, or the claim is not ours', async () => {
+    const agentId = await db.agent(networkId);
+    await db.campaigns(agentId, 4);
+    const claimToken = randomUUID();
+    const lease = { claimToken, owner: 'plans-test', leaseMs: 30_000 };
+    const outcome = await agents.disable(
+      networkId,
+      agentId,
+      { partnerName: 'plans', requestId: undefined },
+      { ...lease, traceParent: null },
+      101,
+    );
+    const [first, second, third, fourth] = outcome!.firstBatch;
+    // The middle two: one unpaused campaign sorts before them, one after.
+    expect(await agents.markPaused(agentId, [second!, third!], claimToken)).toEqual({ moved: 2, finished: false });
+    // Not our claim: moved, but the row stays.
+    expect(await agents.markPaused(agentId, [first!, fourth!], randomUUID())).toEqual({ moved: 2, finished: false });
+    expect(await pending(agentId)).toBe(true);
+    // Nothing moved and nothing left: the right claim finishes.
+    expect(await agents.markPaused(agentId, [first!], claimToken)).toEqual({ moved: 0, finished: true });
+    expect(await pending(agentId)).toBe(false);
+  });
+
+  it('finishes in the same statement when the batch holds every unpaused campaign', async () => {
+    const agentId = await db.agent(networkId);
+    await db.campaigns(agentId, 3);
+    await db.campaigns(agentId, 2, { paused: true });
+    await db.campaigns(agentId, 2, { active: false });
+    const claimToken = randomUUID();
+    const lease = { claimToken, owner: 'plans-test', leaseMs: 30_000 };
+    const outcome = await agents.disable(
+      networkId,
+      agentId,
+      { partnerName: 'plans', requestId: undefined },
+      { ...lease, traceParent: null },
+      101,
+    );
+    expect(outcome?.firstBatch).toHaveLength(3);
+    expect(await agents.markPaused(agentId, outcome!.firstBatch, claimToken)).toEqual({ moved: 3, finished: true });
+    expect(await pending(agentId)).toBe(false);
+    expect((await db.pausedIds(agentId)).size).toBe(5);
   });
 });
