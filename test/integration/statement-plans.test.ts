@@ -43,6 +43,15 @@ beforeAll(async () => {
   agents = createAgentRepository(pool, createMetrics());
 });
 
+/** The disable statement with a claim of this test's own (batch size 100, plus one). */
+async function disable(agentId: string) {
+  const claimToken = randomUUID();
+  const lease = { claimToken, owner: 'plans-test', leaseMs: 30_000 };
+  const author = { partnerName: 'plans', requestId: undefined };
+  const outcome = await agents.disable(networkId, agentId, author, { ...lease, traceParent: null }, 101);
+  return { claimToken, lease, outcome };
+}
+
 afterAll(async () => {
   await pool?.end();
   await db.close();
@@ -58,15 +67,7 @@ describe('statement plans under skew (generic plans forced)', () => {
     for (const campaigns of [0, 0, 2]) {
       const agentId = await db.agent(networkId);
       if (campaigns > 0) await db.campaigns(agentId, campaigns);
-      const claimToken = randomUUID();
-      const lease = { claimToken, owner: 'plans-test', leaseMs: 30_000 };
-      const outcome = await agents.disable(
-        networkId,
-        agentId,
-        { partnerName: 'plans', requestId: undefined },
-        { ...lease, traceParent: null },
-        101,
-      );
+      const { claimToken, lease, outcome } = await disable(agentId);
       expect(outcome?.claimed).toBe(true);
       expect(outcome?.firstBatch).toHaveLength(campaigns);
       expect(await agents.nextBatch(agentId, lease, null, 101)).toEqual({ held: true, ids: outcome?.firstBatch });
@@ -88,15 +89,7 @@ describe("the last batch's statement finishes the run only when nothing is left 
   it('leaves the pending row while any other campaign is unpaused, before or after the batch in campaign order, or the claim is not ours', async () => {
     const agentId = await db.agent(networkId);
     await db.campaigns(agentId, 4);
-    const claimToken = randomUUID();
-    const lease = { claimToken, owner: 'plans-test', leaseMs: 30_000 };
-    const outcome = await agents.disable(
-      networkId,
-      agentId,
-      { partnerName: 'plans', requestId: undefined },
-      { ...lease, traceParent: null },
-      101,
-    );
+    const { claimToken, outcome } = await disable(agentId);
     const [first, second, third, fourth] = outcome!.firstBatch;
     // The middle two: one unpaused campaign sorts before them, one after.
     expect(await agents.markPaused(agentId, [second!, third!], claimToken)).toEqual({ moved: 2, finished: false });
@@ -113,15 +106,7 @@ describe("the last batch's statement finishes the run only when nothing is left 
     await db.campaigns(agentId, 3);
     await db.campaigns(agentId, 2, { paused: true });
     await db.campaigns(agentId, 2, { active: false });
-    const claimToken = randomUUID();
-    const lease = { claimToken, owner: 'plans-test', leaseMs: 30_000 };
-    const outcome = await agents.disable(
-      networkId,
-      agentId,
-      { partnerName: 'plans', requestId: undefined },
-      { ...lease, traceParent: null },
-      101,
-    );
+    const { claimToken, outcome } = await disable(agentId);
     expect(outcome?.firstBatch).toHaveLength(3);
     expect(await agents.markPaused(agentId, outcome!.firstBatch, claimToken)).toEqual({ moved: 3, finished: true });
     expect(await pending(agentId)).toBe(false);
