@@ -39,6 +39,7 @@ function serializeError(error: unknown): unknown {
  * any code that logs headers: no code here logs a key.
  */
 export function createLogger(level: string, destination?: DestinationStream): Logger {
+  const stdout = destination ? undefined : bufferedStdout();
   return pino(
     {
       level,
@@ -66,7 +67,36 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
         const context = trace.getActiveSpan()?.spanContext();
         return context && isSpanContextValid(context) ? { traceId: context.traceId, spanId: context.spanId } : {};
       },
+      // Warnings and errors are written out at once, with whatever is buffered before them.
+      hooks: {
+        logMethod(args, method, levelValue) {
+          method.apply(this, args);
+          if (levelValue >= warnLevel) stdout?.flush();
+        },
+      },
     },
-    destination,
+    destination ?? stdout?.stream,
   );
+}
+
+const warnLevel = pino.levels.values.warn ?? 40;
+
+/**
+ * Standard output, written in chunks instead of one write per line: one access line per request
+ * made one system call per request, about a twelfth of the service's CPU under load (measured
+ * with the benchmark's enable). Lines wait at most 250 ms (or until 8 KiB have gathered); warn and
+ * error lines are written at once (the hook above); pino writes what is left when the process
+ * exits, close-with-grace's exit included. A SIGKILL can lose the last quarter second of info lines.
+ */
+function bufferedStdout() {
+  const stream = pino.destination({ dest: 1, sync: false, minLength: 8 * 1024 });
+  const flush = () => {
+    try {
+      stream.flush();
+    } catch {
+      // Ended (the process is exiting): pino has written the rest.
+    }
+  };
+  setInterval(flush, 250).unref();
+  return { stream, flush };
 }

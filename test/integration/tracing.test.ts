@@ -112,9 +112,7 @@ describe('traces: one disable is one trace, with PostgreSQL, Redis and spend-man
       expect(call.traceparent).toMatch(new RegExp(`^00-${root.traceId}-[0-9a-f]{16}-01$`));
 
       // The request's log line carries the same trace id.
-      const line = service.output
-        .map((text) => JSON.parse(text))
-        .find((record) => record.msg === 'request completed' && record.agentId === agentId);
+      const line = await service.logLine((record) => record.msg === 'request completed' && record.agentId === agentId);
       expect(line.traceId).toBe(root.traceId);
     } finally {
       expect(await service.stop()).toBe(0);

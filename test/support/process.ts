@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -27,9 +28,14 @@ export async function startServiceProcess(env: Record<string, string>) {
     env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: String(port), METRICS_PORT: String(metricsPort), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  child.stdout!.on('data', (chunk) => output.push(...chunk.toString().split('\n').filter(Boolean)));
-  child.stderr!.on('data', (chunk) => output.push(...chunk.toString().split('\n').filter(Boolean)));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  // Whole lines: the service writes its log in chunks, and a read may end inside a line.
+  for (const stream of [child.stdout!, child.stderr!]) {
+    createInterface({ input: stream, crlfDelay: Number.POSITIVE_INFINITY }).on('line', (line) => {
+      if (line) output.push(line);
+    });
+  }
+  // 'close', not 'exit': by then every line the process wrote has been read.
+  const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
 
   const baseUrl = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 20_000;
@@ -51,6 +57,19 @@ export async function startServiceProcess(env: Record<string, string>) {
     baseUrl,
     metricsUrl: `http://127.0.0.1:${metricsPort}`,
     output,
+    /** The first line (parsed JSON) that `matches`, waiting for it up to `timeoutMs`: lines are written in chunks. */
+    async logLine(matches: (record: Record<string, unknown>) => boolean, timeoutMs = 5_000): Promise<Record<string, unknown>> {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        for (const line of output) {
+          if (!line.startsWith('{')) continue;
+          const record = JSON.parse(line) as Record<string, unknown>;
+          if (matches(record)) return record;
+        }
+        if (Date.now() > deadline) throw new Error(`no such log line within ${timeoutMs} ms:\n${output.join('\n')}`);
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+    },
     exited,
     child,
     async stop(): Promise<number | null> {
