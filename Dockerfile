@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # partner-agent-status image.
-#   build     - all dependencies (TypeScript and the other dev tools), compiles src/ to dist/
+#   build     - all dependencies (esbuild and the other dev tools), bundles src/ into dist/
 #   prod-deps - production dependencies only
 #   runtime   - distroless Node 24: node and the app, no shell, no package manager, non-root
 #
@@ -20,7 +20,8 @@ COPY package.json package-lock.json ./
 # Install scripts run here on purpose: package.json's allowScripts approves the `node`
 # devDependency, whose script fetches the Node 24 binary that npm scripts run on.
 RUN --mount=type=cache,target=/root/.npm npm ci
-COPY tsconfig.json tsconfig.build.json ./
+COPY tsconfig.json ./
+COPY scripts/build.ts ./scripts/
 COPY src ./src
 RUN npm run build \
  && test -f dist/main.js \

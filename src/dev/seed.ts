@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
  * platform itself writes them, for everything that needs data the service did not make:
  * `npm run dev`'s demo data, the vitest helpers (test/support/data.ts) and the e2e seeder
  * (e2e/support/seeder.ts), which each reach their database differently. Not part of the
- * production build (tsconfig.build.json leaves src/dev out).
+ * production build (scripts/build.ts bundles only what the image runs).
  */
 export interface Queryable {
   query(text: string, values?: unknown[]): Promise<unknown>;
