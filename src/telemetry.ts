@@ -18,7 +18,6 @@
 //    string that looks like a credential (api_key=…, x-api-key: …, bearer …) in attribute values,
 //    event attributes, the span name and the status message.
 
-import module from 'node:module';
 import {
   type Attributes,
   type AttributeValue,
@@ -30,10 +29,6 @@ import {
 } from '@opentelemetry/api';
 import type { NodeSDKConfiguration } from '@opentelemetry/sdk-node';
 import { registerTelemetry } from './observability/telemetry-handle.js';
-
-// Node's on-disk compile cache: a later start of the same build skips compiling every module again
-// (a tenth or so of the start-up time). Where the disk is read-only (the chart's pods) it stays off.
-module.enableCompileCache?.();
 
 type SpanExporter = NodeSDKConfiguration['traceExporter'];
 type ReadableSpan = Parameters<SpanExporter['export']>[0][number];

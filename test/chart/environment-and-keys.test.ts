@@ -35,7 +35,7 @@ const contractDefaults: Record<string, string> = {
   SECRETS_MANAGER_CONNECT_TIMEOUT_MS: '2000',
   SECRETS_MANAGER_REQUEST_TIMEOUT_MS: '5000',
   SECRETS_MANAGER_MAX_ATTEMPTS: '3',
-  NODE_OPTIONS: '--max-old-space-size=256 --max-semi-space-size=16',
+  NODE_OPTIONS: '--max-old-space-size=256 --max-semi-space-size=16 --expose-gc',
   OTEL_METRICS_EXPORTER: 'none',
   OTEL_LOGS_EXPORTER: 'none',
 };
