@@ -117,6 +117,7 @@ export async function buildApp(deps: AppDeps) {
   // second (metrics count every one); the next line says how many were left out.
   let last401Log = 0;
   let suppressed401 = 0;
+  const suppressedAuthLines = metrics.logLinesSuppressed.labels({ reason: 'auth_failure' });
   // One histogram child per (method, route, status): prom-client then skips hashing the labels.
   const durations = new Map<string, { observe: (value: number) => void }>();
   app.addHook('onResponse', (request, reply, done) => {
@@ -138,7 +139,7 @@ export async function buildApp(deps: AppDeps) {
       const now = Date.now();
       if (now - last401Log < 1_000) {
         suppressed401 += 1;
-        metrics.logLinesSuppressed.inc({ reason: 'auth_failure' });
+        suppressedAuthLines.inc();
         return;
       }
       last401Log = now;
