@@ -42,7 +42,13 @@ export function createSpendManagementClient(options: SpendManagementOptions): Sp
   // megabyte of code), and one that does pays about 15 ms once.
   let client: Promise<{ request: typeof import('undici').request; dispatcher: Agent }> | undefined;
   const connect = () => {
-    client ??= import('undici').then(({ Agent: Dispatcher, request }) => ({ request, dispatcher: new Dispatcher() }));
+    client ??= import('undici').then(
+      ({ Agent: Dispatcher, request }) => ({ request, dispatcher: new Dispatcher() }),
+      (error: unknown) => {
+        client = undefined; // tried again by the next call
+        throw error;
+      },
+    );
     return client;
   };
 

@@ -23,7 +23,8 @@ export async function startServiceProcess(env: Record<string, string>) {
   const port = await freePort();
   const metricsPort = await freePort();
   const output: string[] = [];
-  const child: ChildProcess = spawn(process.execPath, ['--import', './dist/telemetry.js', 'dist/main.js'], {
+  // --expose-gc as npm start has it: the collection before ready runs here too (src/main.ts).
+  const child: ChildProcess = spawn(process.execPath, ['--expose-gc', '--import', './dist/telemetry.js', 'dist/main.js'], {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: String(port), METRICS_PORT: String(metricsPort), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,5 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it, vi } from 'vitest';
 import { createLogger } from '../../src/observability/logger.js';
 import { logCapture } from '../support/service.js';
 
@@ -44,5 +47,27 @@ describe('logger: nothing key-like reaches a line, at any level', () => {
     );
     expect(text).toContain('"accept":"*/*"');
     expect(text).not.toContain(key);
+  });
+});
+
+describe('logger: standard output in chunks', () => {
+  it('holds info lines briefly, writes a warn line at once with what was held, and the rest by the next flush', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pas-log-'));
+    const path = join(dir, 'out.log');
+    const fd = openSync(path, 'w');
+    try {
+      const logger = createLogger('info', fd);
+      const lines = () => readFileSync(path, 'utf8').split('\n').filter(Boolean);
+      logger.info('first');
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(lines()).toEqual([]); // held: no write per line
+      logger.warn('second');
+      await vi.waitFor(() => expect(lines().map((line) => JSON.parse(line).msg)).toEqual(['first', 'second']), { timeout: 100 });
+      logger.info('third');
+      await vi.waitFor(() => expect(lines()).toHaveLength(3), { timeout: 2_000 }); // the 250 ms flush
+    } finally {
+      closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
