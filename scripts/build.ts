@@ -4,7 +4,7 @@
 // Why bundle: an unbundled start resolved, read and compiled about a thousand module files (half
 // of a 0.85 s start to ready) and kept every module's source and wrapper around (benchmark, issue
 // 12). Bundled, the start to ready takes 0.5 to 0.6 s instead of 0.8 to 0.9, and RSS at ready is
-// about 11 MiB lower (measured on this project's benchmark machine, compile cache warm).
+// about 11 MiB lower (measured on this project's benchmark machine).
 //
 // What stays outside the bundle, loaded from node_modules at run time:
 // - pg, ioredis and the AWS SDK: the tracing preload patches them as they are loaded, which it can
