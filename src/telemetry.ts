@@ -40,11 +40,21 @@ const credentialInText = /(?:api[-_]?key|access[-_]?token|token|secret|password|
 /** Attribute names (their last segment) whose value is a credential whatever it looks like. */
 const credentialName = /^(?:x-)?(?:api[-_]?key|authorization|cookie|set-cookie|(?:access[-_]?)?token|secret|password)$/i;
 
+/** Whether an attribute name is a credential's; spans repeat a few dozen names, so each is tested once. */
+const credentialNames = new Map<string, boolean>();
+function namesCredential(key: string): boolean {
+  let named = credentialNames.get(key);
+  if (named === undefined) {
+    named = credentialName.test(key.slice(key.lastIndexOf('.') + 1));
+    if (credentialNames.size < 1_000) credentialNames.set(key, named);
+  }
+  return named;
+}
+
 function scrubValue(key: string, value: AttributeValue | undefined): AttributeValue | undefined {
-  const strings = typeof value === 'string' ? [value] : Array.isArray(value) ? value.filter((item) => typeof item === 'string') : [];
-  if (strings.length === 0) return value;
-  const named = credentialName.test(key.slice(key.lastIndexOf('.') + 1));
-  return named || strings.some((item) => credentialInText.test(item)) ? redacted : value;
+  if (typeof value === 'string') return namesCredential(key) || credentialInText.test(value) ? redacted : value;
+  if (!Array.isArray(value) || !value.some((item) => typeof item === 'string')) return value;
+  return namesCredential(key) || value.some((item) => typeof item === 'string' && credentialInText.test(item)) ? redacted : value;
 }
 
 /** The same attributes with every credential-like value overwritten; the same object when nothing changed. */
@@ -114,6 +124,17 @@ export const egressOnlyTraceContext: TextMapPropagator = {
 };
 
 const unobserved = new Set(['/livez', '/readyz', '/metrics']);
+
+/** SQL on one line; the service has a handful of statements, so each is compacted once. */
+const compactedSql = new Map<string, string>();
+function compactSql(text: string): string {
+  let compact = compactedSql.get(text);
+  if (compact === undefined) {
+    compact = text.replace(/\s+/g, ' ').trim();
+    if (compactedSql.size < 100) compactedSql.set(text, compact);
+  }
+  return compact;
+}
 const pathOf = (url: string | undefined) => (url ?? '').split('?', 1)[0] ?? '';
 
 async function startTracing(): Promise<void> {
@@ -185,8 +206,20 @@ async function startTracing(): Promise<void> {
     // Queries and commands outside a request (pool warm-up, readiness pings) are not traced.
     // No span for taking a pooled connection (the pool checks one out for every query): it would
     // double the spans of every request and tells nothing the query span does not.
-    new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false, ignoreConnectSpans: true }),
-    new IORedisInstrumentation({ requireParentSpan: true }),
+    new PgInstrumentation({
+      requireParentSpan: true,
+      enhancedDatabaseReporting: false,
+      ignoreConnectSpans: true,
+      // The statement as one line: the indentation of the source is a third of its text, and of
+      // the bytes every query span costs to serialize, export and store.
+      requestHook: (span, { query }) => span.setAttribute('db.query.text', compactSql(query.text)),
+    }),
+    new IORedisInstrumentation({
+      requireParentSpan: true,
+      // The command, the script and the first key: a batch's mark has 100 keys, which would fill
+      // the attribute to its length limit on every disable span.
+      dbStatementSerializer: (command, args) => [command, ...args.slice(0, 3)].join(' ') + (args.length > 3 ? ' …' : ''),
+    }),
     // One span per Secrets Manager call, without the HTTP client span under it.
     new AwsInstrumentation({ suppressInternalInstrumentation: true }),
   ];

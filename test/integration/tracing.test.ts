@@ -94,6 +94,19 @@ describe('traces: one disable is one trace, with PostgreSQL, Redis and spend-man
       expect(root.name).toBe('POST /partner/agents/status');
       expect(trace.filter((span) => span.kind === 2)).toHaveLength(1);
 
+      // Statements as exported: SQL on one line, a Redis command with at most three arguments.
+      const queries = trace
+        .filter((span) => span.scope === '@opentelemetry/instrumentation-pg')
+        .map((span) => String(span.attributes['db.query.text']));
+      expect(queries.length).toBeGreaterThan(0);
+      for (const text of queries) expect(text).toMatch(/^\S.*\S$/);
+      for (const text of queries) expect(text).not.toMatch(/\s{2}|\n/);
+      const commands = trace
+        .filter((span) => span.scope === '@opentelemetry/instrumentation-ioredis')
+        .map((span) => String(span.attributes['db.query.text']));
+      expect(commands.length).toBeGreaterThan(0);
+      for (const text of commands) expect(text.split(' ').length).toBeLessThanOrEqual(5);
+
       const useCase = trace.find((span) => span.name === 'agent.set_status')!;
       expect(useCase.parentSpanId).toBe(root.spanId);
       expect(useCase.attributes).toMatchObject({
