@@ -105,6 +105,13 @@ describe('per-network rate limit, counted in Redis across replicas', () => {
       remaining.push(Number(match![1]));
     }
     expect(remaining).toEqual([5, 4, 3, 2, 1, 0]);
+    // Each check is one Redis round trip, timed like every dependency call.
+    const checks = (await first.service.metrics.dependencyDuration.get()).values.find(
+      (v) =>
+        v.metricName === 'dependency_request_duration_seconds_count' && v.labels.operation === 'rate_limit' && v.labels.outcome === 'ok',
+    );
+    expect(checks?.labels.dependency).toBe('redis');
+    expect(checks?.value).toBeGreaterThanOrEqual(3);
 
     const limitedBefore =
       (await first.service.metrics.requestsLimited.get()).values.find((v) => v.labels.partner === 'shared-budget')?.value ?? 0;
