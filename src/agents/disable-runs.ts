@@ -200,13 +200,13 @@ export class DisableRunner {
       } finally {
         await Promise.allSettled([...inFlight]);
       }
-      // Stopped by a deadline or a shutdown right after the last batch: the finishing statement
-      // (it deletes the row only when nothing is left) tells whether the run is in fact complete.
       // The last batch's statement found nothing left (so no batch failed or went unconfirmed).
       if (finishedByMark) {
         clearInterval(renewal);
         return { kind: 'completed', paused };
       }
+      // Stopped by a deadline or a shutdown right after the last batch: the finishing statement
+      // (it deletes the row only when nothing is left) tells whether the run is in fact complete.
       if (lostClaim || failure || notConfirmed) break;
       try {
         if (await agents.finish(agentId, claimToken)) {
