@@ -7,7 +7,10 @@ import { problem, problemDetails, sendProblem } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import { DependencyError, timedCall } from '../stores/dependency-error.js';
 
-const toRedisError = (error: unknown) => new DependencyError('redis', 'unavailable', (error as Error).message.slice(0, 120));
+const toRedisError = (error: unknown) => {
+  const message = (error as Error).message ?? '';
+  return new DependencyError('redis', /timed? ?out/i.test(message) ? 'timeout' : 'unavailable', message.slice(0, 120));
+};
 
 export interface GuardSettings {
   keyStore: PartnerKeyStore;
