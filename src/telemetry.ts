@@ -74,12 +74,16 @@ export function scrubAttributes(attributes: Attributes): Attributes {
 export function scrubSpan(span: ReadableSpan): ReadableSpan {
   const attributes = scrubAttributes(span.attributes);
   let eventsChanged = false;
-  const events = span.events.map((event) => {
-    const eventAttributes = event.attributes && scrubAttributes(event.attributes);
-    if (eventAttributes === event.attributes) return event;
-    eventsChanged = true;
-    return { ...event, attributes: eventAttributes };
-  });
+  // Most spans have no events: no new array for them.
+  const events =
+    span.events.length === 0
+      ? span.events
+      : span.events.map((event) => {
+          const eventAttributes = event.attributes && scrubAttributes(event.attributes);
+          if (eventAttributes === event.attributes) return event;
+          eventsChanged = true;
+          return { ...event, attributes: eventAttributes };
+        });
   const nameLeaks = credentialInText.test(span.name);
   const statusLeaks = span.status.message !== undefined && credentialInText.test(span.status.message);
   if (attributes === span.attributes && !eventsChanged && !nameLeaks && !statusLeaks) return span;
