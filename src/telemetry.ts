@@ -5,9 +5,8 @@
 // anyway: every other import sits inside startTracing, import-in-the-middle's loader hook included.
 // Tracing on loads only the five instrumentations the service uses (http for the server; undici for
 // the spend call; pg; ioredis; aws-sdk), never the auto-instrumentations bundle
-// (about 40 packages), and no Fastify instrumentation: its span per request told nothing the
-// server span does not once the app names that span by route (app.ts), and cost about a fifth of
-// tracing's CPU (one span of five per enable, plus its hooks).
+// (about 40 packages), and no Fastify instrumentation: its span per request (one of five per enable,
+// plus its hooks) told nothing the server span does not once the app names that span by route.
 // test/integration/tracing.test.ts fails if the spans of pg, ioredis or the spend call go missing.
 //
 // What a trace may hold is decided here, in three layers:
@@ -40,16 +39,19 @@ const credentialInText = /(?:api[-_]?key|access[-_]?token|token|secret|password|
 /** Attribute names (their last segment) whose value is a credential whatever it looks like. */
 const credentialName = /^(?:x-)?(?:api[-_]?key|authorization|cookie|set-cookie|(?:access[-_]?)?token|secret|password)$/i;
 
-/** Whether an attribute name is a credential's; spans repeat a few dozen names, so each is tested once. */
-const credentialNames = new Map<string, boolean>();
-function namesCredential(key: string): boolean {
-  let named = credentialNames.get(key);
-  if (named === undefined) {
-    named = credentialName.test(key.slice(key.lastIndexOf('.') + 1));
-    if (credentialNames.size < 1_000) credentialNames.set(key, named);
-  }
-  return named;
+/** `compute` remembered for up to `max` inputs: for the few strings every span repeats. */
+function remembered<T>(max: number, compute: (input: string) => T): (input: string) => T {
+  const known = new Map<string, T>();
+  return (input) => {
+    if (known.has(input)) return known.get(input) as T;
+    const value = compute(input);
+    if (known.size < max) known.set(input, value);
+    return value;
+  };
 }
+
+/** Whether an attribute name is a credential's; spans repeat a few dozen names, so each is tested once. */
+const namesCredential = remembered(1_000, (key) => credentialName.test(key.slice(key.lastIndexOf('.') + 1)));
 
 function scrubValue(key: string, value: AttributeValue | undefined): AttributeValue | undefined {
   if (typeof value === 'string') return namesCredential(key) || credentialInText.test(value) ? redacted : value;
@@ -130,15 +132,7 @@ export const egressOnlyTraceContext: TextMapPropagator = {
 const unobserved = new Set(['/livez', '/readyz', '/metrics']);
 
 /** SQL on one line; the service has a handful of statements, so each is compacted once. */
-const compactedSql = new Map<string, string>();
-function compactSql(text: string): string {
-  let compact = compactedSql.get(text);
-  if (compact === undefined) {
-    compact = text.replace(/\s+/g, ' ').trim();
-    if (compactedSql.size < 100) compactedSql.set(text, compact);
-  }
-  return compact;
-}
+const compactSql = remembered(100, (text) => text.replace(/\s+/g, ' ').trim());
 const pathOf = (url: string | undefined) => (url ?? '').split('?', 1)[0] ?? '';
 
 async function startTracing(): Promise<void> {

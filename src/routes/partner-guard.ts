@@ -5,12 +5,7 @@ import type { Redis } from 'ioredis';
 import type { PartnerKeyStore } from '../auth/partner-keys.js';
 import { problem, problemDetails, sendProblem } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
-import { DependencyError, timedCall } from '../stores/dependency-error.js';
-
-const toRedisError = (error: unknown) => {
-  const message = (error as Error).message ?? '';
-  return new DependencyError('redis', /timed? ?out/i.test(message) ? 'timeout' : 'unavailable', message.slice(0, 120));
-};
+import { redisFailure, timedCall } from '../stores/dependency-error.js';
 
 export interface GuardSettings {
   keyStore: PartnerKeyStore;
@@ -83,7 +78,7 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
       // and a span for this one command on every request cost about a tenth of a traced request's
       // CPU. Its latency is dependency_request_duration_seconds{operation="rate_limit"}, and in a
       // trace it is the gap between the server span's start and the use case's.
-      result = await timedCall(metrics, 'redis', 'rate_limit', () => context.with(ROOT_CONTEXT, () => check(request)), toRedisError);
+      result = await timedCall(metrics, 'redis', 'rate_limit', () => context.with(ROOT_CONTEXT, () => check(request)), redisFailure);
     } catch (error) {
       metrics.rateLimitStoreErrors.inc();
       if (Date.now() - lastFailOpenLog > 10_000) {

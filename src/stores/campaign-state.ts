@@ -1,6 +1,6 @@
 import { Redis, type Result } from 'ioredis';
 import type { Metrics } from '../observability/metrics.js';
-import { DependencyError, timedCall } from './dependency-error.js';
+import { DependencyError, redisFailure, timedCall } from './dependency-error.js';
 
 /** The key-value store's view of campaigns (CONTRACT.md section 5: hash `campaign:<id>`). */
 export interface CampaignStateStore {
@@ -97,10 +97,7 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
           }
           return { confirmed: campaignIds.filter((_, index) => results[index] === 1) };
         },
-        (error) => {
-          const message = (error as Error).message ?? '';
-          return new DependencyError('redis', /timed? ?out/i.test(message) ? 'timeout' : 'unavailable', message.slice(0, 120));
-        },
+        redisFailure,
       ),
     async close() {
       await client.quit().catch(() => client.disconnect());

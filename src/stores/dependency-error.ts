@@ -26,6 +26,12 @@ export class DependencyError extends Error {
   }
 }
 
+/** What an ioredis error says about Redis (never about a key): its command time-out, or unavailable. */
+export function redisFailure(error: unknown): DependencyError {
+  const message = (error as Error).message ?? '';
+  return new DependencyError('redis', /timed? ?out/i.test(message) ? 'timeout' : 'unavailable', message.slice(0, 120));
+}
+
 /**
  * The one timing wrapper for dependency calls: observes dependency_request_duration_seconds with
  * the call's outcome and turns whatever the call threw into a DependencyError.

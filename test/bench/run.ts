@@ -32,7 +32,7 @@ const only = onlyArgument ? new Set(onlyArgument.slice('--only='.length).split('
 for (const name of only ?? []) {
   if (!(phases as readonly string[]).includes(name)) throw new Error(`--only: unknown phase ${name} (phases: ${phases.join(', ')})`);
 }
-const runs = (name: Phase) => !only || only.has(name);
+const selected = (name: Phase) => !only || only.has(name);
 const quick = process.argv.includes('--quick');
 const serviceFlags = (process.env.BENCH_SERVICE_FLAGS ?? '').split(/\s+/).filter(Boolean);
 const plan = quick
@@ -538,32 +538,32 @@ await phase('service (tracing off)', async () => {
   processes['tracing off'] = { startToReadyMs: service.startToReadyMs, rssAtReadyMiB: service.rssAtReadyMiB };
   console.log(`  tracing off: start to ready ${service.startToReadyMs} ms, RSS at ready ${service.rssAtReadyMiB} MiB`);
 });
-if (runs('floors')) {
+if (selected('floors')) {
   await floor('pg', 'floor: SELECT 1 via node-postgres');
   await floor('slonik', 'floor: SELECT 1 via slonik (service pool)');
   await floor('update', 'floor: enable UPDATE alone via node-postgres');
   await floor('enable', 'floor: enable (rate-limit EVALSHA + durable write) via node-postgres');
 }
 const up = service;
-if (up && runs('enable')) {
+if (up && selected('enable')) {
   await phase('enable', async () => {
     await checkRateLimitIsOn(up.statusUrl);
     await measureEnable('enable', up.statusUrl);
   });
 }
-if (runs('tracing')) await phase('service (tracing on)', tracedEnable);
-if (runs('401') || runs('429')) await floor('bare', 'floor: bare Fastify route');
-if (up && runs('401')) {
+if (selected('tracing')) await phase('service (tracing on)', tracedEnable);
+if (selected('401') || selected('429')) await floor('bare', 'floor: bare Fastify route');
+if (up && selected('401')) {
   await phase('401 path', async () => {
     const result = await measure('401 path (unknown keys)', statusPosts(up.statusUrl, badKeys, enableAgents, true), loadPlan, 401);
     failures.push(...result.problems);
     loads['401 path'] = result.figure;
   });
 }
-if (runs('429')) await phase('429 path', overTheLimit);
+if (selected('429')) await phase('429 path', overTheLimit);
 if (up) {
-  if (runs('disables')) await phase('disable latency', () => disableLatency(up));
-  if (runs('concurrent')) await phase('disables under load', () => disablesUnderLoad(up));
+  if (selected('disables')) await phase('disable latency', () => disableLatency(up));
+  if (selected('concurrent')) await phase('disables under load', () => disablesUnderLoad(up));
   const memory = memoryOf(up.child.pid!);
   processes['tracing off'] = { ...processes['tracing off']!, rssAfterLoadMiB: memory.rssMiB, peakRssMiB: memory.peakMiB };
   console.log(`  tracing off: RSS after the load ${memory.rssMiB} MiB (peak ${memory.peakMiB} MiB)`);
