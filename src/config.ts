@@ -73,6 +73,8 @@ export interface SecretsManagerSettings {
 }
 
 export interface BreakerSettings {
+  /** Failures or time-outs in a row that open the breaker, whatever its window holds. */
+  consecutiveFailures: number;
   errorThresholdPercentage: number;
   volumeThreshold: number;
   resetTimeoutMs: number;
@@ -113,7 +115,27 @@ function url(env: Env, name: string, protocols: string[]): string {
   return value;
 }
 
+/**
+ * How much longer than the server's statement_timeout the client waits for an answer: a slow
+ * statement still ends with the server's clean 57014, only a connection that stopped answering
+ * trips the client's limit.
+ */
+export const statementClientMarginMs = 1_500;
+
 export function loadConfig(env: Env = process.env): Config {
+  const config = readConfig(env);
+  // A run stuck on a statement must see its error before its lease runs out, so that it stops
+  // before another replica takes the disable over (docs: README "Durable disables").
+  const statementLimitMs = config.databaseStatementTimeoutMs + statementClientMarginMs;
+  if (statementLimitMs >= config.worker.leaseMs) {
+    throw new ConfigError(
+      `WORKER_LEASE_MS (${config.worker.leaseMs}) must exceed DATABASE_STATEMENT_TIMEOUT_MS + ${statementClientMarginMs} (${statementLimitMs}): a stuck statement must end before its lease`,
+    );
+  }
+  return config;
+}
+
+function readConfig(env: Env): Config {
   const keysFile = env.PARTNER_KEYS_FILE?.trim();
   const keysSecretId = env.PARTNER_KEYS_SECRET_ID?.trim();
   if (keysFile && keysSecretId) {
@@ -150,6 +172,7 @@ export function loadConfig(env: Env = process.env): Config {
     // A sequential caller (one partner retrying) must be able to open a breaker: the window holds
     // three failed calls of a full time-out each, with room to spare.
     breaker: {
+      consecutiveFailures: integer(env, 'BREAKER_CONSECUTIVE_FAILURES', 5, 1, 1_000),
       errorThresholdPercentage: integer(env, 'BREAKER_ERROR_THRESHOLD_PERCENT', 50, 1, 100),
       volumeThreshold: integer(env, 'BREAKER_VOLUME_THRESHOLD', 3, 1, 10_000),
       resetTimeoutMs: integer(env, 'BREAKER_RESET_TIMEOUT_MS', 10_000, 100, 600_000),

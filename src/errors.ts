@@ -64,6 +64,9 @@ export const problemDetails = {
   deadline:
     'The agent is disabled, but pausing its campaigns takes longer than one request may. The service keeps pausing them by itself; ' +
     'GET /partner/agents/{agentId}/status shows the progress. Repeating the request is safe.',
+  recorded:
+    'The disable is recorded, but another transaction holds the agent in the database. The service disables the agent and pauses its campaigns by itself as soon as it is free; ' +
+    'GET /partner/agents/{agentId}/status shows the progress. Repeating the request is safe.',
   database: 'The database did not answer; the change may not have been made. Repeat the request: it is always safe to repeat.',
   superseded:
     'An enable of this agent was answered after this disable was requested, so this disable stopped pausing campaigns. The agent is enabled.',
@@ -134,13 +137,20 @@ function domainProblem(error: unknown, request: FastifyRequest, reply: FastifyRe
           ? { dependency: cause.error.dependency, reason: cause.error.reason, cause: cause.error.message }
           : cause.kind === 'not_confirmed'
             ? { dependency: cause.dependency, reason: 'not_confirmed' }
-            : { reason: cause.kind }),
+            : cause.kind === 'agent_locked'
+              ? { dependency: 'postgres', reason: 'agent_locked' }
+              : { reason: cause.kind }),
         pausedCampaignCount: error.pausedCampaignCount,
         remainingCampaignCount: error.remainingCampaignCount,
       },
       'dependency failure',
     );
-    const detail = cause.kind === 'deadline' || cause.kind === 'shutdown' ? problemDetails.deadline : problemDetails.pause;
+    const detail =
+      cause.kind === 'deadline' || cause.kind === 'shutdown'
+        ? problemDetails.deadline
+        : cause.kind === 'agent_locked'
+          ? problemDetails.recorded
+          : problemDetails.pause;
     return problem('dependencyFailure', detail, id, {
       pausedCampaignCount: error.pausedCampaignCount,
       ...(error.remainingCampaignCount === undefined ? {} : { remainingCampaignCount: error.remainingCampaignCount }),

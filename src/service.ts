@@ -15,6 +15,7 @@ import { createReadiness } from './readiness.js';
 import { createBreaker } from './stores/breaker.js';
 import { type CampaignStateStore, createRedisCampaignState } from './stores/campaign-state.js';
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
+import { createDisableQueue } from './stores/disable-queue.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
 
 export interface ServiceOptions {
@@ -82,7 +83,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 2 }), (pool) => pool.end());
   const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 1 }), (pool) => pool.end());
   const agents = createAgentRepository(requestPool, metrics);
-  const workerAgents = createAgentRepository(workerPool, metrics);
+  const queue = createDisableQueue(requestPool, metrics);
+  const workerStores = { agents: createAgentRepository(workerPool, metrics), queue: createDisableQueue(workerPool, metrics) };
 
   const campaignState = resources.own(
     'campaign state',
@@ -135,7 +137,9 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 
   const runner = new DisableRunner(
     {
-      pauseSpending: (ids) => spendCapacity(() => spendBreaker.fire(ids)),
+      // The claim is checked inside the slot: a batch that waited for capacity while an enable
+      // answered, or while another replica took the disable over, is never sent.
+      pauseSpending: (ids, mayStart) => spendCapacity(async () => ((await mayStart()) ? spendBreaker.fire(ids) : undefined)),
       markPausedInStore: (ids) => redisBreaker.fire(ids),
     },
     {
@@ -144,23 +148,25 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
       leaseMs: config.worker.leaseMs,
       backoff: { baseMs: config.worker.backoffBaseMs, maxMs: config.worker.backoffMaxMs },
       batchBudgetMs: config.spendManagementTimeoutMs + config.redisCommandTimeoutMs + config.databaseStatementTimeoutMs,
+      flagRetryMs: 200,
       owner,
     },
     metrics,
   );
   // Released after the runs are over: claims still held go back to the queue at once.
   resources.own('claims', owner, (name) =>
-    workerAgents.releaseOwned(name).then((count) => {
+    workerStores.queue.releaseOwned(name).then((count) => {
       if (count > 0) logger.info({ count }, 'released pending disables for another replica');
     }),
   );
   const useCase = createAgentStatusUseCase({
     agents,
+    queue,
     runner,
     disablesInFlightPerNetwork: config.limits.disablesInFlightPerNetwork,
     batchSize: maxBatchSize,
   });
-  const worker = createConvergenceWorker({ agents: workerAgents, runner, settings: config.worker, owner, metrics, log: logger });
+  const worker = createConvergenceWorker({ stores: workerStores, runner, settings: config.worker, owner, metrics, log: logger });
 
   const probe = createAgentRepository(probePool, metrics);
   const readiness = createReadiness({ ping: probe.ping, keyStore, metrics });

@@ -2,8 +2,8 @@ import { isSpanContextValid, type Link, type SpanContext, SpanStatusCode, trace 
 import type { Logger } from 'pino';
 import type { WorkerSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
-import type { AgentRepository, ClaimedDisable } from '../stores/database.js';
-import { type DisableRunner, describeCause, type RunEnd } from './disable-runs.js';
+import type { ClaimedDisable } from '../stores/disable-queue.js';
+import { type DisableRunner, describeCause, type RunEnd, type RunStores } from './disable-runs.js';
 
 const tracer = trace.getTracer('partner-agent-status');
 
@@ -24,7 +24,7 @@ function outcomeOf(end: RunEnd): AttemptOutcome {
   if (end.kind === 'completed') return 'completed';
   if (end.kind === 'lost_claim') return 'superseded';
   if (end.cause.kind === 'shutdown' || end.cause.kind === 'deadline') return 'stopped';
-  return end.cause.kind === 'not_confirmed' ? 'incomplete' : 'failed';
+  return end.cause.kind === 'dependency' ? 'failed' : 'incomplete';
 }
 
 /**
@@ -36,14 +36,15 @@ function outcomeOf(end: RunEnd): AttemptOutcome {
  * due again and any replica takes it over.
  */
 export function createConvergenceWorker(deps: {
-  agents: AgentRepository;
+  stores: RunStores;
   runner: DisableRunner;
   settings: WorkerSettings;
   owner: string;
   metrics: Metrics;
   log: Logger;
 }) {
-  const { agents, runner, settings, metrics, log } = deps;
+  const { stores, runner, settings, metrics, log } = deps;
+  const { queue } = stores;
   const running = new Set<Promise<void>>();
   let timer: NodeJS.Timeout | undefined;
   let polling: Promise<void> | undefined;
@@ -61,8 +62,11 @@ export function createConvergenceWorker(deps: {
           const end = await runner.run({
             agentId: claim.agentId,
             networkId: claim.networkId,
+            partnerName: claim.partnerName,
             claimToken: claim.claimToken,
-            agents,
+            stores,
+            // A pending row may be there before its flag: a request that met a locked agent row.
+            flagged: false,
             stopAt: Number.POSITIVE_INFINITY,
           });
           const outcome = outcomeOf(end);
@@ -91,12 +95,12 @@ export function createConvergenceWorker(deps: {
 
   async function poll(): Promise<void> {
     try {
-      const stats = await agents.pendingStats();
+      const stats = await queue.pendingStats();
       metrics.pendingDisables.set(stats.count);
       metrics.pendingDisablesOldestAge.set(stats.oldestAgeSeconds);
       const free = settings.concurrency - running.size;
       if (stopped || free <= 0 || stats.count === 0) return;
-      for (const claim of await agents.claimDue(deps.owner, settings.leaseMs, free)) {
+      for (const claim of await queue.claimDue(deps.owner, settings.leaseMs, free)) {
         const run = attempt(claim).catch((error: unknown) => {
           log.error({ agentId: claim.agentId, reason: (error as Error).message }, 'pending disable attempt crashed');
         });

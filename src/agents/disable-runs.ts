@@ -1,14 +1,24 @@
 import type { Metrics } from '../observability/metrics.js';
 import type { AgentRepository, Lease } from '../stores/database.js';
 import { DependencyError } from '../stores/dependency-error.js';
+import type { DisableQueue } from '../stores/disable-queue.js';
 
-/** CONTRACT.md section 6: the spend-management API takes 1 to 100 ids a call. */
+/** The spend-management API takes 1 to 100 ids a call (README, "Spend management"). */
 export const maxBatchSize = 100;
 
 /** The stores a run pauses campaigns in, each behind its breaker; both resolve with what they confirmed. */
 export interface PausePorts {
-  pauseSpending: (campaignIds: readonly string[]) => Promise<{ confirmed: string[] }>;
+  /**
+   * Waits for a spend-management slot, then asks `mayStart` (the claim check) inside it, and only
+   * when that says yes sends the call. undefined: the call was not sent.
+   */
+  pauseSpending: (campaignIds: readonly string[], mayStart: () => Promise<boolean>) => Promise<{ confirmed: string[] } | undefined>;
   markPausedInStore: (campaignIds: readonly string[]) => Promise<{ confirmed: string[] }>;
+}
+
+export interface RunStores {
+  agents: AgentRepository;
+  queue: DisableQueue;
 }
 
 export interface RunSettings {
@@ -17,16 +27,25 @@ export interface RunSettings {
   batchesInFlight: number;
   leaseMs: number;
   backoff: { baseMs: number; maxMs: number };
-  /** The longest one batch can take (spend-management and Redis time-outs plus the database). */
+  /** The longest one batch can take (spend-management and Redis time-outs plus the database's). */
   batchBudgetMs: number;
   /** This replica, as recorded in pending_disables.lease_owner. */
   owner: string;
+  /** How often a run looks again at an agent row another transaction holds. */
+  flagRetryMs?: number;
 }
+
+type NotConfirmedBy = 'spend_management' | 'redis' | 'postgres';
 
 /** Why a run stopped before every campaign was paused. */
 export type RunCause =
   | { kind: 'dependency'; error: DependencyError }
-  | { kind: 'not_confirmed'; dependency: 'spend_management' | 'redis' }
+  /** A store answered about single campaigns (left out, refused, or a row locked by another transaction). */
+  | { kind: 'not_confirmed'; dependency: NotConfirmedBy }
+  /** The agent row stayed locked by another transaction: the flag could not be set yet. */
+  | { kind: 'agent_locked' }
+  /** Every pass ran without a failure, yet campaigns are left (they keep appearing or changing). */
+  | { kind: 'unfinished' }
   | { kind: 'deadline' }
   | { kind: 'shutdown' };
 
@@ -40,13 +59,19 @@ export type RunEnd =
 export interface RunRequest {
   agentId: string;
   networkId: string;
+  /** The label of the key that asked (metrics only). */
+  partnerName: string;
   claimToken: string;
   /** The statements to use: the request pool's or the worker's. */
-  agents: AgentRepository;
+  stores: RunStores;
+  /** Whether agent_approved = false is known to be committed (by the request's own statement). */
+  flagged: boolean;
   /** Read by the statement that claimed the row (up to batchSize + 1 ids); otherwise the run reads its own. */
   firstBatch?: string[];
   /** Epoch ms by which the run stops starting batches (the request's deadline). */
   stopAt: number;
+  /** Called with each batch's count as it is moved, so that a request answering early knows its count. */
+  onPaused?: (moved: number) => void;
 }
 
 interface ActiveRun {
@@ -54,21 +79,33 @@ interface ActiveRun {
   done: Promise<RunEnd>;
 }
 
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
 /**
- * Runs pending disables: the one pipeline that both a request and the convergence worker drive,
- * and the registry of the runs going on in this replica (so that a repeated request joins a run
- * instead of repeating its calls).
+ * The disable protocol's driver: the one pipeline that a request, a take-over and the convergence
+ * worker all run, and the registry of the runs going on in this replica (so that a repeated
+ * request joins a run instead of repeating its calls). One drive returns one RunEnd; the campaign
+ * metrics are recorded here, so the worker's pauses count like a request's.
  *
- * Per batch the order is spend management, then Redis, then the database (the commit point), so
- * a campaign paused in the database is paused everywhere at every moment, whichever batches are in
- * flight. Several batches of one run overlap; before each batch starts, one read checks the claim
- * and reads the batch, so a run whose claim is gone (superseded by an enable, or taken over) starts
- * no further pause call; a timer renews the lease meanwhile. A batch already sent to spend management is always completed in
- * Redis and the database.
+ * 1. The flag: agent_approved = false is committed before any campaign is read for pausing. When
+ *    the request's own statement could not set it (another transaction held the agent row), the
+ *    run sets it first, fenced by its claim, as soon as the row is free.
+ * 2. Batches are read ahead (up to `batchesInFlight`), then each waits for a spend-management slot;
+ *    inside the slot, right before the call, the claim is checked and the lease renewed in one
+ *    statement. A batch whose claim is gone (an enable answered, or another replica took over) or
+ *    whose stop time has come is not sent.
+ * 3. Per batch the order is spend management, then Redis, then the database (the commit point), so
+ *    a campaign paused in the database is paused everywhere at every moment. The database statement
+ *    renews the lease too: only progress keeps a claim.
+ * 4. A batch spend management confirmed is completed in Redis and the database even when the run
+ *    lost its claim meanwhile: what a lost run could not settle is retried here in the background
+ *    until the three stores agree (a run that keeps its claim leaves it to its next attempt).
  */
 export class DisableRunner {
   private readonly runs = new Map<string, ActiveRun>();
+  private readonly settling = new Set<Promise<void>>();
   private stopAllAt = Number.POSITIVE_INFINITY;
+  private readonly shutdown = new AbortController();
 
   constructor(
     private readonly ports: PausePorts,
@@ -85,9 +122,20 @@ export class DisableRunner {
     return { claimToken, owner: this.settings.owner, leaseMs: this.settings.leaseMs };
   }
 
+  /** Aborted when the replica starts shutting down; `stopTime` then says by when requests answer. */
+  get shutdownSignal(): AbortSignal {
+    return this.shutdown.signal;
+  }
+
+  /** Epoch ms by which every run stops starting batches (infinite until a shutdown). */
+  get stopTime(): number {
+    return this.stopAllAt;
+  }
+
   /** Shutdown: every run stops between batches once it could not finish one more by `at`. */
   stopBy(at: number): void {
     this.stopAllAt = Math.min(this.stopAllAt, at);
+    this.shutdown.abort();
   }
 
   /** Resolves once no run is going on. */
@@ -105,56 +153,107 @@ export class DisableRunner {
     return done;
   }
 
+  private stopReason(stopAt: number): 'deadline' | 'shutdown' | undefined {
+    const end = Date.now() + this.settings.batchBudgetMs;
+    if (end > this.stopAllAt) return 'shutdown';
+    if (end > stopAt) return 'deadline';
+    return undefined;
+  }
+
   private async execute(request: RunRequest): Promise<RunEnd> {
-    const { agentId, agents, claimToken } = request;
-    const { batchSize, batchesInFlight, batchBudgetMs } = this.settings;
+    const { agentId, claimToken, partnerName } = request;
+    const { agents, queue } = request.stores;
+    const { batchSize, batchesInFlight, leaseMs } = this.settings;
     const lease = this.lease(claimToken);
     let paused = 0;
     let failure: DependencyError | undefined;
-    let notConfirmed: 'spend_management' | 'redis' | undefined;
+    let notConfirmed: NotConfirmedBy | undefined;
     let lostClaim = false;
-    let stopped: 'deadline' | 'shutdown' | undefined;
-
-    // Keeps the lease while batches are slow (waiting for spend-management capacity, say).
-    const renewal = setInterval(
-      () => {
-        agents.renew(agentId, lease).then(
-          (held) => {
-            if (!held) lostClaim = true;
-          },
-          () => undefined,
-        );
-      },
-      Math.max(250, Math.floor(this.settings.leaseMs / 3)),
-    );
-    renewal.unref();
-
+    let stopped: 'deadline' | 'shutdown' | 'agent_locked' | undefined;
     let finishedByMark = false;
+    /** Confirmed by spend management, not yet marked in the database. */
+    const unsettled = new Set<string>();
+
+    const notConfirmedBy = (dependency: NotConfirmedBy, count: number) => {
+      notConfirmed ??= dependency;
+      this.metrics.campaignsNotConfirmed.inc({ dependency }, count);
+    };
+
+    // 1. The flag, when the request's statement could not set it.
+    if (!request.flagged) {
+      // The worker gives up after half a lease (and tries again after its backoff); a request waits
+      // until its own stop time.
+      const waitUntil = Math.min(request.stopAt, Date.now() + leaseMs / 2);
+      try {
+        for (;;) {
+          const flag = await queue.setFlag(agentId, claimToken);
+          if (!flag.held) {
+            lostClaim = true;
+            break;
+          }
+          if (flag.flagged) break;
+          const stop = this.stopReason(Number.POSITIVE_INFINITY);
+          if (stop || Date.now() + (this.settings.flagRetryMs ?? 200) > waitUntil) {
+            stopped = stop ?? 'agent_locked';
+            break;
+          }
+          await sleep(this.settings.flagRetryMs ?? 200);
+        }
+      } catch (error) {
+        failure = toDependencyError(error);
+      }
+    }
+
+    // 2. The claim check, inside the spend-management slot.
+    const mayStart = async (): Promise<boolean> => {
+      if (lostClaim || failure) return false;
+      const stop = this.stopReason(request.stopAt);
+      if (stop) {
+        stopped ??= stop;
+        return false;
+      }
+      const sentAt = Date.now();
+      let held: boolean;
+      try {
+        held = await queue.renew(agentId, lease);
+      } catch (error) {
+        failure ??= toDependencyError(error);
+        return false;
+      }
+      if (!held) lostClaim = true;
+      // An answer that came back late renewed a lease that is partly gone already: no call on it.
+      else if (Date.now() - sentAt > leaseMs / 3) {
+        failure ??= new DependencyError('postgres', 'timeout', 'renew_lease: answered too late to start a call');
+        return false;
+      }
+      return held;
+    };
+
     const processBatch = async (ids: string[], last: boolean) => {
-      const spend = await this.ports.pauseSpending(ids);
-      if (spend.confirmed.length < ids.length) {
-        notConfirmed ??= 'spend_management';
-        this.metrics.campaignsNotConfirmed.inc({ dependency: 'spend_management' }, ids.length - spend.confirmed.length);
-      }
+      const spend = await this.ports.pauseSpending(ids, mayStart);
+      if (!spend) return; // not sent
+      if (spend.confirmed.length < ids.length) notConfirmedBy('spend_management', ids.length - spend.confirmed.length);
       if (spend.confirmed.length === 0) return;
+      for (const id of spend.confirmed) unsettled.add(id);
       const stored = await this.ports.markPausedInStore(spend.confirmed);
-      if (stored.confirmed.length < spend.confirmed.length) {
-        notConfirmed ??= 'redis';
-        this.metrics.campaignsNotConfirmed.inc({ dependency: 'redis' }, spend.confirmed.length - stored.confirmed.length);
-      }
+      if (stored.confirmed.length < spend.confirmed.length) notConfirmedBy('redis', spend.confirmed.length - stored.confirmed.length);
       if (stored.confirmed.length === 0) return;
       // The batch read as the run's last, all confirmed: its statement may finish the run too.
       const finish = last && !notConfirmed && stored.confirmed.length === ids.length;
-      const marked = await agents.markPaused(agentId, stored.confirmed, finish ? claimToken : undefined);
+      const marked = await agents.markPaused(agentId, stored.confirmed, lease, finish);
+      for (const id of stored.confirmed) if (!marked.skipped.includes(id)) unsettled.delete(id);
+      if (marked.skipped.length > 0) notConfirmedBy('postgres', marked.skipped.length);
+      this.count(partnerName, marked.moved, request);
       paused += marked.moved; // not `paused += await …`: that would read `paused` before other batches add to it
       if (marked.finished) finishedByMark = true;
     };
 
     const inFlight = new Set<Promise<void>>();
     let next = request.firstBatch;
+    const passesLeft = !lostClaim && !failure && !stopped;
     // Two passes at most: a campaign committed while the flag statement waited for it (the
     // restriction trigger makes them wait for each other) can sort before the first pass's cursor.
-    for (let pass = 0; pass < 2; pass += 1) {
+    for (let pass = 0; pass < 2 && passesLeft; pass += 1) {
       let cursor: string | null = null;
       // Each read asks for one campaign more than a batch: when it is not there, the batch was the
       // last one and no statement is needed to find that out.
@@ -162,14 +261,10 @@ export class DisableRunner {
       try {
         for (;;) {
           while (inFlight.size >= batchesInFlight) await Promise.race(inFlight);
-          if (failure || lostClaim || exhausted) break;
-          const now = Date.now();
-          if (now + batchBudgetMs > this.stopAllAt) {
-            stopped = 'shutdown';
-            break;
-          }
-          if (now + batchBudgetMs > request.stopAt) {
-            stopped = 'deadline';
+          if (failure || lostClaim || exhausted || stopped) break;
+          const stop = this.stopReason(request.stopAt);
+          if (stop) {
+            stopped = stop;
             break;
           }
           let ids: string[];
@@ -177,12 +272,7 @@ export class DisableRunner {
             ids = next;
             next = undefined;
           } else {
-            const batch = await agents.nextBatch(agentId, lease, cursor, batchSize + 1);
-            if (!batch.held) {
-              lostClaim = true;
-              break;
-            }
-            ids = batch.ids;
+            ids = await agents.nextBatch(agentId, cursor, batchSize + 1);
           }
           if (ids.length === 0) break;
           exhausted = ids.length <= batchSize;
@@ -201,56 +291,100 @@ export class DisableRunner {
         await Promise.allSettled([...inFlight]);
       }
       // The last batch's statement found nothing left (so no batch failed or went unconfirmed).
-      if (finishedByMark) {
-        clearInterval(renewal);
-        return { kind: 'completed', paused };
-      }
+      if (finishedByMark) return { kind: 'completed', paused };
+      if (lostClaim || failure || notConfirmed) break;
       // Stopped by a deadline or a shutdown right after the last batch: the finishing statement
       // (it deletes the row only when nothing is left) tells whether the run is in fact complete.
-      if (lostClaim || failure || notConfirmed) break;
       try {
-        if (await agents.finish(agentId, claimToken)) {
-          clearInterval(renewal);
-          return { kind: 'completed', paused };
-        }
+        if (await queue.finish(agentId, claimToken)) return { kind: 'completed', paused };
       } catch (error) {
         failure = toDependencyError(error);
         break;
       }
       if (stopped) break;
     }
-    clearInterval(renewal);
 
-    if (lostClaim) return { kind: 'lost_claim', paused };
     const cause: RunCause = failure
       ? { kind: 'dependency', error: failure }
       : stopped
         ? { kind: stopped }
-        : { kind: 'not_confirmed', dependency: notConfirmed ?? 'spend_management' };
-    const lastError = cause.kind === 'dependency' || cause.kind === 'not_confirmed' ? describeCause(cause) : null;
-    // Stopped by a deadline or a shutdown: due at once, for the worker of any replica. After a
-    // failure: due after a capped exponential backoff. If this write fails, the lease runs out
-    // by itself and the row becomes due all the same.
-    await agents
-      .release(
-        agentId,
-        claimToken,
-        cause.kind === 'deadline' || cause.kind === 'shutdown' ? 'now' : { backoff: this.settings.backoff },
-        lastError,
-      )
-      .catch(() => undefined);
+        : notConfirmed
+          ? { kind: 'not_confirmed', dependency: notConfirmed }
+          : { kind: 'unfinished' };
+    if (!lostClaim) {
+      // Stopped by a deadline or a shutdown: due at once, for the worker of any replica. After a
+      // failure: due after a capped exponential backoff. If this write fails, the lease runs out
+      // by itself and the row becomes due all the same.
+      const now = cause.kind === 'deadline' || cause.kind === 'shutdown';
+      const held = await queue
+        .release(agentId, claimToken, now ? 'now' : { backoff: this.settings.backoff }, now ? null : describeCause(cause))
+        .catch(() => true);
+      if (!held) lostClaim = true;
+    }
+    if (lostClaim) {
+      if (unsettled.size > 0) this.settleLater(agentId, partnerName, [...unsettled], agents);
+      return { kind: 'lost_claim', paused };
+    }
     const remaining = await agents.remainingCampaigns(agentId).catch(() => undefined);
     return { kind: 'incomplete', paused, remaining, cause };
+  }
+
+  private count(partnerName: string, moved: number, request: Pick<RunRequest, 'onPaused'>): void {
+    if (moved === 0) return;
+    this.metrics.campaignsPaused.inc({ partner: partnerName }, moved);
+    request.onPaused?.(moved);
+  }
+
+  /**
+   * Completes, in Redis and then the database, campaigns that spend management paused for a run
+   * that lost its claim before it could: nothing else would (the pending row is gone or another
+   * run's). Retried with a capped backoff until done or until the replica shuts down.
+   */
+  private settleLater(agentId: string, partnerName: string, campaignIds: string[], agents: AgentRepository): void {
+    const lease = this.lease('00000000-0000-0000-0000-000000000000');
+    const task = (async () => {
+      let left = campaignIds;
+      for (let attempt = 0; left.length > 0 && !this.shutdown.signal.aborted; attempt += 1) {
+        try {
+          const stored = await this.ports.markPausedInStore(left);
+          if (stored.confirmed.length > 0) {
+            const marked = await agents.markPaused(agentId, stored.confirmed, lease, false);
+            this.count(partnerName, marked.moved, {});
+            const done = new Set(stored.confirmed.filter((id) => !marked.skipped.includes(id)));
+            left = left.filter((id) => !done.has(id));
+          }
+        } catch {
+          // The dependency's failure is counted where it happened; try again after the backoff.
+        }
+        if (left.length === 0) break;
+        const wait = Math.min(this.settings.backoff.maxMs, this.settings.backoff.baseMs * 2 ** Math.min(attempt, 20));
+        await sleep(wait * (0.5 + Math.random() / 2));
+      }
+    })();
+    this.settling.add(task);
+    void task.finally(() => this.settling.delete(task));
+  }
+
+  /** Resolves once nothing is being settled in the background (tests). */
+  async settled(): Promise<void> {
+    while (this.settling.size > 0) await Promise.allSettled([...this.settling]);
   }
 }
 
 /** `<dependency>:<error class>` (as kept in pending_disables.last_error), or the stop reason. */
 export function describeCause(cause: RunCause): string {
-  if (cause.kind === 'dependency') return cause.error.summary;
-  if (cause.kind === 'not_confirmed') return `${cause.dependency}:not_confirmed`;
-  return cause.kind;
+  switch (cause.kind) {
+    case 'dependency':
+      return cause.error.summary;
+    case 'not_confirmed':
+      return `${cause.dependency}:not_confirmed`;
+    case 'agent_locked':
+      return 'postgres:agent_locked';
+    default:
+      return cause.kind;
+  }
 }
 
-function toDependencyError(error: unknown): DependencyError {
+export function toDependencyError(error: unknown): DependencyError {
   return error instanceof DependencyError ? error : new DependencyError('postgres', 'error', (error as Error).name ?? 'error');
 }

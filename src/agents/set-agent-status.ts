@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { AgentRepository, AgentStatusView } from '../stores/database.js';
-import type { DisableRunner, RunCause } from './disable-runs.js';
+import { DependencyError } from '../stores/dependency-error.js';
+import type { DisableQueue } from '../stores/disable-queue.js';
+import type { DisableRunner, RunCause, RunEnd } from './disable-runs.js';
 
 /** The agent does not exist in the partner's network (whether or not it exists in another one). */
 export class AgentNotInNetwork extends Error {
@@ -59,11 +61,14 @@ export interface AgentStatus {
 
 export interface AgentStatusDeps {
   agents: AgentRepository;
+  queue: DisableQueue;
   runner: DisableRunner;
   disablesInFlightPerNetwork: number;
   batchSize: number;
   /** How often a request that waits for another replica's run looks again. */
   waitPollMs?: number;
+  /** How long before its deadline a request stops waiting, to count what is left and answer. */
+  answerMarginMs?: number;
 }
 
 const tracer = trace.getTracer('partner-agent-status');
@@ -77,8 +82,10 @@ const tracer = trace.getTracer('partner-agent-status');
  * latency nor its 404 tells anything about agents elsewhere.
  */
 export function createAgentStatusUseCase(deps: AgentStatusDeps) {
-  const { agents, runner } = deps;
+  const { agents, queue, runner } = deps;
+  const stores = { agents, queue };
   const waitPollMs = deps.waitPollMs ?? 200;
+  const answerMarginMs = deps.answerMarginMs ?? 500;
   /** networkId → agentId → requests of that agent holding the network's allowance. */
   const disabling = new Map<string, Map<string, number>>();
 
@@ -110,30 +117,126 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     return carrier.traceparent ?? null;
   }
 
+  /** What a disable request knows while it runs, so that it can answer at any moment. */
+  interface Progress {
+    paused: number;
+    /** Active, unpaused campaigns when the disable was recorded (an estimate of what is left). */
+    unpausedAtStart: number | undefined;
+  }
+
   async function disable(command: SetAgentStatusCommand): Promise<number> {
-    const { networkId, agentId, deadline } = command;
+    const { networkId, agentId } = command;
     const release = reserve(networkId, agentId);
+    const progress: Progress = { paused: 0, unpausedAtStart: undefined };
     try {
-      const claimToken = randomUUID();
-      const outcome = await agents.disable(
-        networkId,
-        agentId,
-        { partnerName: command.partnerName, requestId: command.requestId },
-        { ...runner.lease(claimToken), traceParent: currentTraceParent() },
-        // One more than a batch: the run then knows whether the first batch is the last.
-        deps.batchSize + 1,
-      );
-      if (!outcome) throw new AgentNotInNetwork();
-      let paused = 0;
-      if (outcome.claimed) {
-        const end = await runner.run({ agentId, networkId, claimToken, agents, firstBatch: outcome.firstBatch, stopAt: deadline });
-        if (end.kind === 'completed') return end.paused;
-        if (end.kind === 'incomplete') throw new DisableIncomplete(end.paused, end.remaining, end.cause);
-        paused = end.paused;
-      }
-      return await waitForOtherRuns(command, outcome.changeId, paused);
+      return await withinDeadline(command, progress, disableSteps(command, progress));
     } finally {
       release();
+    }
+  }
+
+  /**
+   * Every request is answered by its deadline, and at once when the replica starts shutting down,
+   * whatever it waits on (a run, another replica, a statement that does not answer): the disable
+   * is recorded by then, so the answer is a 500 with what is known, and the work goes on by itself.
+   */
+  async function withinDeadline(command: SetAgentStatusCommand, progress: Progress, work: Promise<number>): Promise<number> {
+    const signal = runner.shutdownSignal;
+    let timer: NodeJS.Timeout | undefined;
+    let onAbort: (() => void) | undefined;
+    const late = new Promise<'deadline' | 'shutdown'>((resolve) => {
+      const answerBy = () => {
+        clearTimeout(timer);
+        const shutdownFirst = runner.stopTime < command.deadline;
+        const at = Math.min(command.deadline, runner.stopTime) - answerMarginMs;
+        timer = setTimeout(() => resolve(shutdownFirst ? 'shutdown' : 'deadline'), Math.max(0, at - Date.now()));
+      };
+      answerBy();
+      onAbort = answerBy;
+      if (!signal.aborted) signal.addEventListener('abort', onAbort, { once: true });
+    });
+    // The work's own end, once the answer is given, is the run's business (logged by its owner).
+    work.catch(() => undefined);
+    try {
+      const first = await Promise.race([work, late]);
+      if (typeof first === 'number') return first;
+      // The statement that records the disable has not answered yet: nothing is known to be recorded.
+      if (progress.unpausedAtStart === undefined) {
+        throw new DependencyError('postgres', 'timeout', 'disable_agent: no answer by the request deadline');
+      }
+      throw new DisableIncomplete(progress.paused, await remainingWithin(command.agentId, progress), { kind: first });
+    } finally {
+      clearTimeout(timer);
+      if (onAbort) signal.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** What is left to pause, from the database if it answers quickly, else estimated from the start. */
+  async function remainingWithin(agentId: string, progress: Progress): Promise<number | undefined> {
+    const estimate = progress.unpausedAtStart === undefined ? undefined : Math.max(0, progress.unpausedAtStart - progress.paused);
+    let timer: NodeJS.Timeout | undefined;
+    const fallback = new Promise<number | undefined>((resolve) => {
+      timer = setTimeout(() => resolve(estimate), Math.max(50, answerMarginMs - 100));
+    });
+    const counted = agents.remainingCampaigns(agentId).catch(() => estimate);
+    try {
+      return await Promise.race([counted, fallback]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  function incomplete(end: Extract<RunEnd, { kind: 'incomplete' }>, progress: Progress): DisableIncomplete {
+    const remaining =
+      end.remaining ?? (progress.unpausedAtStart === undefined ? undefined : Math.max(0, progress.unpausedAtStart - progress.paused));
+    return new DisableIncomplete(progress.paused, remaining, end.cause);
+  }
+
+  /** Drives the pipeline for the claim this request holds, counting what it moves. */
+  function runHere(
+    command: SetAgentStatusCommand,
+    progress: Progress,
+    claim: { claimToken: string; flagged: boolean; firstBatch?: string[] },
+  ): Promise<RunEnd> {
+    return runner.run({
+      agentId: command.agentId,
+      networkId: command.networkId,
+      partnerName: command.partnerName,
+      stores,
+      ...claim,
+      stopAt: command.deadline,
+      onPaused: (moved) => {
+        progress.paused += moved;
+      },
+    });
+  }
+
+  async function disableSteps(command: SetAgentStatusCommand, progress: Progress): Promise<number> {
+    const { networkId, agentId, deadline } = command;
+    const claimToken = randomUUID();
+    const outcome = await agents.disable(
+      networkId,
+      agentId,
+      { partnerName: command.partnerName, requestId: command.requestId },
+      { ...runner.lease(claimToken), traceParent: currentTraceParent() },
+      // One more than a batch: the run then knows whether the first batch is the last.
+      deps.batchSize + 1,
+    );
+    if (!outcome) throw new AgentNotInNetwork();
+    progress.unpausedAtStart = outcome.unpaused;
+    // From here on the disable is recorded: whatever fails, the answer carries the counts.
+    try {
+      if (outcome.claimed) {
+        const end = await runHere(command, progress, { claimToken, flagged: outcome.flagged, firstBatch: outcome.firstBatch });
+        if (end.kind === 'completed') return progress.paused;
+        if (end.kind === 'incomplete') throw incomplete(end, progress);
+      }
+      return await waitForOtherRuns(command, outcome.changeId, progress);
+    } catch (error) {
+      if (error instanceof DependencyError) {
+        throw new DisableIncomplete(progress.paused, await remainingWithin(agentId, progress), { kind: 'dependency', error });
+      }
+      throw error;
     }
   }
 
@@ -142,34 +245,33 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
    * it runs here; otherwise look again until the pending row is gone (finished, or superseded by
    * an enable) or free to take over (its holder died or gave up), within the request's deadline.
    */
-  async function waitForOtherRuns(command: SetAgentStatusCommand, changeId: string, pausedSoFar: number): Promise<number> {
+  async function waitForOtherRuns(command: SetAgentStatusCommand, changeId: string, progress: Progress): Promise<number> {
     const { networkId, agentId, deadline } = command;
-    let paused = pausedSoFar;
     for (;;) {
-      if (await agents.enabledSince(agentId, changeId)) throw new DisableSuperseded(paused);
+      if (await queue.enabledSince(agentId, changeId)) throw new DisableSuperseded(progress.paused);
       const local = runner.active(agentId);
       if (local && local.networkId === networkId) {
         const end = await local.done;
-        if (end.kind === 'completed') return paused;
-        if (end.kind === 'incomplete') throw new DisableIncomplete(paused, end.remaining, end.cause);
+        if (end.kind === 'completed') return progress.paused;
+        if (end.kind === 'incomplete') throw incomplete({ ...end, paused: progress.paused }, progress);
         continue;
       }
       const claimToken = randomUUID();
-      const state = await agents.takeOver(agentId, runner.lease(claimToken));
+      const state = await queue.takeOver(agentId, runner.lease(claimToken));
       if (state.claimed) {
-        const end = await runner.run({ agentId, networkId, claimToken, agents, stopAt: deadline });
-        if (end.kind === 'completed') return paused + end.paused;
-        if (end.kind === 'incomplete') throw new DisableIncomplete(paused + end.paused, end.remaining, end.cause);
-        paused += end.paused;
+        const end = await runHere(command, progress, { claimToken, flagged: false });
+        if (end.kind === 'completed') return progress.paused;
+        if (end.kind === 'incomplete') throw incomplete(end, progress);
         continue;
       }
       if (!state.pending) {
-        if (await agents.enabledSince(agentId, changeId)) throw new DisableSuperseded(paused);
-        return paused;
+        if (await queue.enabledSince(agentId, changeId)) throw new DisableSuperseded(progress.paused);
+        return progress.paused;
       }
-      const left = deadline - Date.now();
-      if (left <= waitPollMs) {
-        throw new DisableIncomplete(paused, await agents.remainingCampaigns(agentId).catch(() => undefined), { kind: 'deadline' });
+      if (Math.min(deadline, runner.stopTime) - Date.now() <= waitPollMs + answerMarginMs) {
+        throw new DisableIncomplete(progress.paused, await remainingWithin(agentId, progress), {
+          kind: runner.stopTime < deadline ? 'shutdown' : 'deadline',
+        });
       }
       await new Promise((resolve) => setTimeout(resolve, waitPollMs));
     }

@@ -37,7 +37,7 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
     }),
     campaignsPaused: new Counter({
       name: 'campaigns_paused_total',
-      help: 'Campaigns moved from unpaused to paused by agent disables, by partner.',
+      help: 'Campaigns moved from unpaused to paused in the database by agent disables (requests and the worker), by partner.',
       labelNames: ['partner'] as const,
       registers: [registry],
     }),
@@ -166,7 +166,7 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   // Known label sets start at 0, so the first event is an increase that rate() and increase() see.
   for (const reason of ['missing', 'unknown']) metrics.authFailures.inc({ reason }, 0);
   for (const outcome of ['completed', 'incomplete', 'failed', 'superseded', 'stopped']) metrics.workerAttempts.inc({ outcome }, 0);
-  for (const dependency of ['spend_management', 'redis']) metrics.campaignsNotConfirmed.inc({ dependency }, 0);
+  for (const dependency of ['spend_management', 'redis', 'postgres']) metrics.campaignsNotConfirmed.inc({ dependency }, 0);
   for (const status of ['401', '403']) metrics.spendManagementAuthFailures.inc({ status }, 0);
   metrics.rateLimitStoreErrors.inc(0);
   metrics.requestsShed.inc(0);

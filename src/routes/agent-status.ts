@@ -240,7 +240,6 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
         });
         request.audit.outcome = 'updated';
         metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: 'updated' });
-        if (status.pausedCampaignCount > 0) metrics.campaignsPaused.inc({ partner: partner.name }, status.pausedCampaignCount);
         return status;
       } catch (error) {
         const name = (error as Error).name;
@@ -252,8 +251,6 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
         const outcome = name === 'AgentNotInNetwork' ? 'not_found' : name === 'DisableSuperseded' ? 'superseded' : 'failed';
         request.audit.outcome = outcome;
         metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome });
-        const paused = (error as { pausedCampaignCount?: number }).pausedCampaignCount;
-        if (paused) metrics.campaignsPaused.inc({ partner: partner.name }, paused);
         throw error;
       }
     },

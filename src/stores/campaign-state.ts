@@ -17,19 +17,35 @@ export const campaignKey = (campaignId: string) => `campaign:${campaignId}`;
 
 /**
  * Sets `paused` = `1` on every key (a campaign hash) and answers, per key, 1 when Redis did, 0 when
- * it refused that key (an error reply such as WRONGTYPE: `redis.pcall` keeps it to that key). One
- * EVALSHA instead of a pipeline of 100 HSETs: a third of the client's CPU per batch of 100 (0.18 ms
- * instead of 0.65, measured on Node 24) and one reply to parse instead of 100. ioredis adds the key prefix to KEYS and falls back to EVAL when
- * Redis lost the script. Keys of one call must share a node: fine for the single Redis of
- * REDIS_URL; a Redis Cluster would need hash tags in the key layout, which CONTRACT.md section 5 fixes.
+ * it refused that key (an error reply such as WRONGTYPE: `redis.pcall` keeps it to that key). A
+ * refusal that is about Redis itself, not the key (a demoted primary's READONLY, OOM over
+ * maxmemory, MISCONF, NOREPLICAS, MASTERDOWN, BUSY, LOADING), is returned as the script's error:
+ * the whole call fails, counts towards the breaker, and the client reconnects (reconnectOnError).
+ * One EVALSHA instead of a pipeline of 100 HSETs: a third of the client's CPU per batch of 100
+ * (0.18 ms instead of 0.65, measured on Node 24) and one reply to parse instead of 100. ioredis adds
+ * the key prefix to KEYS and falls back to EVAL when Redis lost the script. Keys of one call must
+ * share a node: fine for the single Redis of REDIS_URL; a Redis Cluster would need hash tags in
+ * the key layout, which the interface fixes.
  */
 const markPausedScript = `
 local answers = {}
 for i, key in ipairs(KEYS) do
   local reply = redis.pcall('HSET', key, 'paused', '1')
-  if type(reply) == 'table' and reply.err then answers[i] = 0 else answers[i] = 1 end
+  if type(reply) == 'table' and reply.err then
+    local class = string.match(reply.err, '^%u+')
+    if class == 'READONLY' or class == 'OOM' or class == 'MISCONF' or class == 'NOREPLICAS'
+      or class == 'MASTERDOWN' or class == 'BUSY' or class == 'LOADING' then
+      return reply
+    end
+    answers[i] = 0
+  else
+    answers[i] = 1
+  end
 end
 return answers`;
+
+/** Redis errors after which this connection is worth replacing (it may lead to a demoted primary). */
+const reconnectAfter = /^(READONLY|MASTERDOWN|LOADING)\b/;
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
@@ -60,6 +76,8 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
     commandTimeout: options.commandTimeoutMs,
     connectTimeout: Math.max(options.commandTimeoutMs, 1_000),
     retryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
+    // 1: reconnect and fail the command (it is the run's to retry, through the breaker).
+    reconnectOnError: (error) => (reconnectAfter.test(error.message) ? 1 : false),
   });
   // Connection errors surface through the commands that fail; the 'error' event only needs a listener.
   client.on('error', () => undefined);

@@ -1,6 +1,14 @@
 import type { DependencyName, Metrics } from '../observability/metrics.js';
 
-export type DependencyFailure = 'breaker_open' | 'timeout' | 'unavailable' | 'bad_response' | 'unauthorized' | 'constraint' | 'error';
+export type DependencyFailure =
+  | 'breaker_open'
+  | 'timeout'
+  | 'unavailable'
+  | 'busy'
+  | 'bad_response'
+  | 'unauthorized'
+  | 'constraint'
+  | 'error';
 
 /**
  * A dependency (spend management, Redis, PostgreSQL) failed or its breaker is open. Carries only

@@ -33,6 +33,8 @@ beforeAll(async () => {
       // Quick hand-overs: a dead replica's claim runs out after 2 s, workers look every ~200 ms.
       WORKER_LEASE_MS: '2000',
       WORKER_POLL_INTERVAL_MS: '200',
+      // Below the lease by the client's margin (1.5 s), as the configuration requires.
+      DATABASE_STATEMENT_TIMEOUT_MS: '450',
     },
     { keepRequests: 20_000 },
   );

@@ -357,7 +357,7 @@ describe('readiness under a flood of disables', () => {
       const disables = agents.map((agentId) => setStatus(svc, flood.key, { agentId, enabled: false }));
       const waitingOnLock = async () => {
         const { rows } = await db.pool.query(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE agents SET agent_approved = false%'",
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%SET agent_approved = false%'",
         );
         return rows[0].n as number;
       };

@@ -12,12 +12,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { type AgentRepository, createAgentRepository, createDatabasePool } from '../../src/stores/database.js';
+import { createDisableQueue, type DisableQueue } from '../../src/stores/disable-queue.js';
 import { testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 
 const db = testDatabase();
 let pool: DatabasePool;
 let agents: AgentRepository;
+let queue: DisableQueue;
 let networkId: string;
 
 const scans = z.object({ seq_scan: z.coerce.number(), idx_scan: z.coerce.number() });
@@ -41,6 +43,7 @@ beforeAll(async () => {
   // One connection, opened after the setting: every statement below runs on it, with generic plans.
   pool = await createDatabasePool({ url: url.toString(), maxPoolSize: 1, statementTimeoutMs: 5_000 });
   agents = createAgentRepository(pool, createMetrics());
+  queue = createDisableQueue(pool, createMetrics());
 });
 
 /** The disable statement with a claim of this test's own (batch size 100, plus one). */
@@ -70,10 +73,14 @@ describe('statement plans under skew (generic plans forced)', () => {
       const { claimToken, lease, outcome } = await disable(agentId);
       expect(outcome?.claimed).toBe(true);
       expect(outcome?.firstBatch).toHaveLength(campaigns);
-      expect(await agents.nextBatch(agentId, lease, null, 101)).toEqual({ held: true, ids: outcome?.firstBatch });
-      expect(await agents.finish(agentId, claimToken)).toBe(campaigns === 0);
+      expect(await agents.nextBatch(agentId, null, 101)).toEqual(outcome?.firstBatch);
+      expect(await queue.finish(agentId, claimToken)).toBe(campaigns === 0);
       if (campaigns > 0) {
-        expect(await agents.markPaused(agentId, outcome?.firstBatch ?? [], claimToken)).toEqual({ moved: campaigns, finished: true });
+        expect(await agents.markPaused(agentId, outcome?.firstBatch ?? [], lease, true)).toEqual({
+          moved: campaigns,
+          skipped: [],
+          finished: true,
+        });
       }
     }
     const after = await campaignScans();
@@ -89,15 +96,16 @@ describe("the last batch's statement finishes the run only when nothing is left 
   it('leaves the pending row while any other campaign is unpaused, before or after the batch in campaign order, or the claim is not ours', async () => {
     const agentId = await db.agent(networkId);
     await db.campaigns(agentId, 4);
-    const { claimToken, outcome } = await disable(agentId);
+    const { lease, outcome } = await disable(agentId);
     const [first, second, third, fourth] = outcome!.firstBatch;
+    const notOurs = { ...lease, claimToken: randomUUID() };
     // The middle two: one unpaused campaign sorts before them, one after.
-    expect(await agents.markPaused(agentId, [second!, third!], claimToken)).toEqual({ moved: 2, finished: false });
+    expect(await agents.markPaused(agentId, [second!, third!], lease, true)).toEqual({ moved: 2, skipped: [], finished: false });
     // Not our claim: moved, but the row stays.
-    expect(await agents.markPaused(agentId, [first!, fourth!], randomUUID())).toEqual({ moved: 2, finished: false });
+    expect(await agents.markPaused(agentId, [first!, fourth!], notOurs, true)).toEqual({ moved: 2, skipped: [], finished: false });
     expect(await pending(agentId)).toBe(true);
     // Nothing moved and nothing left: the right claim finishes.
-    expect(await agents.markPaused(agentId, [first!], claimToken)).toEqual({ moved: 0, finished: true });
+    expect(await agents.markPaused(agentId, [first!], lease, true)).toEqual({ moved: 0, skipped: [], finished: true });
     expect(await pending(agentId)).toBe(false);
   });
 
@@ -106,9 +114,9 @@ describe("the last batch's statement finishes the run only when nothing is left 
     await db.campaigns(agentId, 3);
     await db.campaigns(agentId, 2, { paused: true });
     await db.campaigns(agentId, 2, { active: false });
-    const { claimToken, outcome } = await disable(agentId);
+    const { lease, outcome } = await disable(agentId);
     expect(outcome?.firstBatch).toHaveLength(3);
-    expect(await agents.markPaused(agentId, outcome!.firstBatch, claimToken)).toEqual({ moved: 3, finished: true });
+    expect(await agents.markPaused(agentId, outcome!.firstBatch, lease, true)).toEqual({ moved: 3, skipped: [], finished: true });
     expect(await pending(agentId)).toBe(false);
     expect((await db.pausedIds(agentId)).size).toBe(5);
   });

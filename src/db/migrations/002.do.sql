@@ -2,6 +2,7 @@
 -- has require_agent_approval and the agent is not approved, the database itself refuses the
 -- restricted operations it can see, and tells the platform's other operations through
 -- agent_is_restricted().
+SET LOCAL lock_timeout = '3s';
 
 CREATE OR REPLACE FUNCTION agent_is_restricted(p_agent_id text) RETURNS boolean
 LANGUAGE sql STABLE AS $$

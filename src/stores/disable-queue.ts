@@ -1,0 +1,222 @@
+import { type DatabasePool, sql } from 'slonik';
+import { z } from 'zod';
+import type { Metrics } from '../observability/metrics.js';
+import { type Lease, postgresCall, seconds } from './database.js';
+
+const heldRow = z.object({ held: z.boolean() });
+const flagRow = z.object({ held: z.boolean(), flagged: z.boolean() });
+const takeOverRow = z.object({ claimed: z.boolean(), pending: z.boolean() });
+const claimRow = z.object({
+  agent_id: z.string(),
+  network_id: z.string(),
+  claim_token: z.string(),
+  attempts: z.number(),
+  trace_parent: z.string().nullable(),
+  partner_name: z.string().nullable(),
+});
+const countRow = z.object({ n: z.number() });
+const existsRow = z.object({ flag: z.boolean() });
+const statsRow = z.object({ n: z.number(), oldest_age_seconds: z.number() });
+
+/** A pending disable claimed by the worker. */
+export interface ClaimedDisable {
+  agentId: string;
+  networkId: string;
+  claimToken: string;
+  attempts: number;
+  traceParent: string | null;
+  /** The label of the key that asked for the latest disable, for the metrics (never the key). */
+  partnerName: string;
+}
+
+/**
+ * The pending-disables queue (docs in README "Consistency on failure, and durable disables") and
+ * its lease. One row per agent whose accepted disable is not finished. A claim is the pair
+ * (claim_token, next_attempt_at): every way to take a disable (the request's own statement, a
+ * take-over, the worker's claim) writes a new token and a lease; every write of the run is fenced
+ * by the token, so a run whose claim was superseded (an enable deleted the row) or taken over (its
+ * lease ran out) can no longer change it. The lease is renewed only by progress: the check that
+ * starts a pause call (renew) and the statement that marks a batch paused.
+ */
+export interface DisableQueue {
+  /**
+   * The check made inside the spend-management slot, right before a pause call: renews the lease
+   * and says whether the claim is still this run's (held and not expired). Fenced on the row
+   * itself, so a concurrent enable or take-over is seen.
+   */
+  renew(agentId: string, lease: Lease): Promise<boolean>;
+  /**
+   * Sets agent_approved = false for a recorded disable whose flag is not set yet, without waiting
+   * for a lock. held false: the claim is gone (an enable came after it); flagged false: another
+   * transaction holds the agent row, try again later. The pending row is locked first, so an enable
+   * that deleted it meanwhile (even after this statement's snapshot) is always seen.
+   */
+  setFlag(agentId: string, claimToken: string): Promise<{ held: boolean; flagged: boolean }>;
+  /** Deletes the pending row if no active, unpaused campaign is left; whether it did. */
+  finish(agentId: string, claimToken: string): Promise<boolean>;
+  /** Gives up the claim (due again after a capped exponential backoff, or at once); whether it was still ours. */
+  release(
+    agentId: string,
+    claimToken: string,
+    when: { backoff: { baseMs: number; maxMs: number } } | 'now',
+    lastError: string | null,
+  ): Promise<boolean>;
+  /** Claims the pending row when no live run holds it. */
+  takeOver(agentId: string, lease: Lease): Promise<{ claimed: boolean; pending: boolean }>;
+  /** Whether an enable of the agent was recorded after the given change. */
+  enabledSince(agentId: string, changeId: string): Promise<boolean>;
+  claimDue(owner: string, leaseMs: number, limit: number): Promise<ClaimedDisable[]>;
+  /** Releases, at once, every claim this replica still holds (clean shutdown). */
+  releaseOwned(owner: string): Promise<number>;
+  pendingStats(): Promise<{ count: number; oldestAgeSeconds: number }>;
+}
+
+export function createDisableQueue(pool: DatabasePool, metrics: Metrics): DisableQueue {
+  const timed = postgresCall(metrics);
+  return {
+    renew: (agentId, lease) =>
+      timed('renew_lease', async () => {
+        const row = await pool.one(sql.prepared('pas_renew_lease', heldRow)`
+          WITH renewed AS (
+            UPDATE pending_disables SET next_attempt_at = now() + ${seconds(lease.leaseMs)}
+            WHERE agent_id = ${agentId} AND claim_token = ${lease.claimToken}::uuid AND next_attempt_at > now()
+            RETURNING 1
+          )
+          SELECT EXISTS (SELECT 1 FROM renewed) AS held`);
+        return row.held;
+      }),
+
+    setFlag: (agentId, claimToken) =>
+      timed('set_agent_flag', async () => {
+        const row = await pool.one(sql.type(flagRow)`
+          WITH claim AS (
+            SELECT agent_id FROM pending_disables
+            WHERE agent_id = ${agentId} AND claim_token = ${claimToken}::uuid AND next_attempt_at > now()
+            FOR NO KEY UPDATE
+          ), lockable AS (
+            SELECT a.agent_id FROM agents a
+            WHERE a.agent_id = ${agentId} AND EXISTS (SELECT 1 FROM claim)
+            FOR NO KEY UPDATE SKIP LOCKED
+          ), flagged AS (
+            UPDATE agents a SET agent_approved = false
+            FROM lockable l WHERE a.agent_id = l.agent_id AND a.agent_approved
+            RETURNING 1
+          )
+          SELECT EXISTS (SELECT 1 FROM claim) AS held, EXISTS (SELECT 1 FROM lockable) AS flagged`);
+        return row;
+      }),
+
+    finish: (agentId, claimToken) =>
+      timed('finish_disable', async () => {
+        const row = await pool.one(sql.prepared('pas_finish_disable', heldRow)`
+          WITH finished AS (
+            DELETE FROM pending_disables p
+            WHERE p.agent_id = ${agentId} AND p.claim_token = ${claimToken}::uuid
+              -- Through the function, not NOT EXISTS (… campaigns c WHERE agent …): from its sixth
+              -- run on a connection PostgreSQL may plan a prepared statement once for any agent, and
+              -- that generic plan, expecting thousands of unpaused campaigns per agent, scans the
+              -- whole table for the first one: 40 ms for an agent that has none left.
+              AND NOT EXISTS (SELECT 1 FROM public.unpaused_campaigns_after(${agentId}, NULL, 1))
+            RETURNING 1
+          )
+          SELECT EXISTS (SELECT 1 FROM finished) AS held`);
+        return row.held;
+      }),
+
+    release: (agentId, claimToken, when, lastError) =>
+      timed('release_disable', async () => {
+        // Backoff from the database clock: base × 2^(attempts−1), capped, with equal jitter.
+        const due =
+          when === 'now'
+            ? sql.fragment`now()`
+            : sql.fragment`now() + make_interval(secs => least(${when.backoff.maxMs}::float8,
+                  ${when.backoff.baseMs}::float8 * power(2, least(attempts - 1, 20))) * (0.5 + random() / 2) / 1000)`;
+        const row = await pool.one(sql.type(heldRow)`
+          WITH released AS (
+            UPDATE pending_disables
+            SET claim_token = NULL, lease_owner = NULL, next_attempt_at = ${due},
+                last_error = coalesce(${lastError}, last_error)
+            WHERE agent_id = ${agentId} AND claim_token = ${claimToken}::uuid
+            RETURNING 1
+          )
+          SELECT EXISTS (SELECT 1 FROM released) AS held`);
+        return row.held;
+      }),
+
+    takeOver: (agentId, lease) =>
+      timed('take_over_disable', async () => {
+        return pool.one(sql.type(takeOverRow)`
+          WITH taken AS (
+            UPDATE pending_disables
+            SET attempts = attempts + 1, claim_token = ${lease.claimToken}::uuid, lease_owner = ${lease.owner},
+                next_attempt_at = now() + ${seconds(lease.leaseMs)}
+            WHERE agent_id = ${agentId} AND (claim_token IS NULL OR next_attempt_at <= now())
+            RETURNING 1
+          )
+          SELECT EXISTS (SELECT 1 FROM taken) AS claimed,
+                 EXISTS (SELECT 1 FROM pending_disables WHERE agent_id = ${agentId}) AS pending`);
+      }),
+
+    enabledSince: (agentId, changeId) =>
+      timed('read_status_changes', async () => {
+        const row = await pool.one(sql.type(existsRow)`
+          SELECT EXISTS (
+            SELECT 1 FROM agent_status_changes
+            WHERE agent_id = ${agentId} AND enabled AND change_id > ${changeId}::bigint
+          ) AS flag`);
+        return row.flag;
+      }),
+
+    claimDue: (owner, leaseMs, limit) =>
+      timed('claim_pending_disables', async () => {
+        // ARRAY(...) makes the locking sub-select run once (an InitPlan), so a claim never takes
+        // more than `limit` rows; SKIP LOCKED lets replicas claim side by side.
+        const rows = await pool.any(sql.type(claimRow)`
+          UPDATE pending_disables p
+          SET attempts = p.attempts + 1, claim_token = gen_random_uuid(), lease_owner = ${owner},
+              next_attempt_at = now() + ${seconds(leaseMs)}
+          FROM agents a
+          WHERE p.agent_id = ANY (ARRAY(
+                  SELECT d.agent_id FROM pending_disables d
+                  WHERE d.next_attempt_at <= now()
+                  ORDER BY d.next_attempt_at
+                  LIMIT ${limit}
+                  FOR UPDATE SKIP LOCKED))
+            AND a.agent_id = p.agent_id
+          RETURNING p.agent_id, a.network_id::text AS network_id, p.claim_token::text AS claim_token,
+                    p.attempts, p.trace_parent,
+                    (SELECT s.partner_name FROM agent_status_changes s
+                      WHERE s.agent_id = p.agent_id AND NOT s.enabled
+                      ORDER BY s.change_id DESC LIMIT 1) AS partner_name`);
+        return rows.map((row) => ({
+          agentId: row.agent_id,
+          networkId: row.network_id,
+          claimToken: row.claim_token,
+          attempts: row.attempts,
+          traceParent: row.trace_parent,
+          partnerName: row.partner_name ?? 'unknown',
+        }));
+      }),
+
+    releaseOwned: (owner) =>
+      timed('release_owned_disables', async () => {
+        const row = await pool.one(sql.type(countRow)`
+          WITH released AS (
+            UPDATE pending_disables SET claim_token = NULL, lease_owner = NULL, next_attempt_at = now()
+            WHERE lease_owner = ${owner} AND claim_token IS NOT NULL
+            RETURNING 1
+          )
+          SELECT count(*)::int AS n FROM released`);
+        return row.n;
+      }),
+
+    pendingStats: () =>
+      timed('pending_disable_stats', async () => {
+        const row = await pool.one(sql.type(statsRow)`
+          SELECT count(*)::int AS n,
+                 coalesce(extract(epoch FROM now() - min(requested_at)), 0)::float8 AS oldest_age_seconds
+          FROM pending_disables`);
+        return { count: row.n, oldestAgeSeconds: row.oldest_age_seconds };
+      }),
+  };
+}
