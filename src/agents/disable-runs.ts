@@ -72,6 +72,8 @@ export interface RunRequest {
   stopAt: number;
   /** Called with each batch's count as it is moved, so that a request answering early knows its count. */
   onPaused?: (moved: number) => void;
+  /** Called once agent_approved = false is committed by the run (it was not by the request). */
+  onFlagged?: () => void;
 }
 
 interface ActiveRun {
@@ -191,7 +193,10 @@ export class DisableRunner {
             lostClaim = true;
             break;
           }
-          if (flag.flagged) break;
+          if (flag.flagged) {
+            request.onFlagged?.();
+            break;
+          }
           const stop = this.stopReason(Number.POSITIVE_INFINITY);
           if (stop || Date.now() + (this.settings.flagRetryMs ?? 200) > waitUntil) {
             stopped = stop ?? 'agent_locked';

@@ -122,12 +122,14 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     paused: number;
     /** Active, unpaused campaigns when the disable was recorded (an estimate of what is left). */
     unpausedAtStart: number | undefined;
+    /** Whether agent_approved = false is known to be committed. */
+    flagged: boolean;
   }
 
   async function disable(command: SetAgentStatusCommand): Promise<number> {
     const { networkId, agentId } = command;
     const release = reserve(networkId, agentId);
-    const progress: Progress = { paused: 0, unpausedAtStart: undefined };
+    const progress: Progress = { paused: 0, unpausedAtStart: undefined, flagged: false };
     try {
       return await withinDeadline(command, progress, disableSteps(command, progress));
     } finally {
@@ -164,7 +166,9 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
       if (progress.unpausedAtStart === undefined) {
         throw new DependencyError('postgres', 'timeout', 'disable_agent: no answer by the request deadline');
       }
-      throw new DisableIncomplete(progress.paused, await remainingWithin(command.agentId, progress), { kind: first });
+      // Still waiting for the agent row another transaction holds: recorded, not yet flagged.
+      const kind = first === 'deadline' && !progress.flagged ? 'agent_locked' : first;
+      throw new DisableIncomplete(progress.paused, await remainingWithin(command.agentId, progress), { kind });
     } finally {
       clearTimeout(timer);
       if (onAbort) signal.removeEventListener('abort', onAbort);
@@ -208,6 +212,9 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
       onPaused: (moved) => {
         progress.paused += moved;
       },
+      onFlagged: () => {
+        progress.flagged = true;
+      },
     });
   }
 
@@ -224,6 +231,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     );
     if (!outcome) throw new AgentNotInNetwork();
     progress.unpausedAtStart = outcome.unpaused;
+    progress.flagged = outcome.flagged;
     // From here on the disable is recorded: whatever fails, the answer carries the counts.
     try {
       if (outcome.claimed) {

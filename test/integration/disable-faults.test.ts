@@ -1,0 +1,294 @@
+// The faults production databases and caches really have (docs: README "Durable disables"), each
+// reproduced against the real PostgreSQL, Redis and the simulator: a second client holding row
+// locks, a proxy that black-holes one connection, a Redis cut while a superseded batch is in
+// flight, a campaign moved mid-batch, and more batches than spend-management slots.
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { startBlackholeProxy } from '../support/blackhole-proxy.js';
+import { newApiKey, testDatabase } from '../support/data.js';
+import { databaseUrl } from '../support/database-url.js';
+import { startTestService, type TestService } from '../support/service.js';
+import { startTcpProxy } from '../support/tcp-proxy.js';
+
+const db = testDatabase();
+const key = newApiKey();
+let networkId: string;
+const services: TestService[] = [];
+
+beforeAll(async () => {
+  networkId = await db.network({ requireAgentApproval: true });
+});
+
+// One service at a time: a service left running would claim other tests' pending rows.
+afterEach(async () => {
+  for (const svc of services.splice(0)) await svc.close();
+});
+
+afterAll(async () => {
+  await db.close();
+});
+
+async function start(env: Record<string, string>, redisUrl?: string): Promise<TestService> {
+  const svc = await startTestService({
+    partners: [{ key, networkId, name: 'faults' }],
+    redisUrl,
+    env: { RATE_LIMIT_MAX: '0', WORKER_POLL_INTERVAL_MS: '200', WORKER_BACKOFF_BASE_MS: '100', WORKER_BACKOFF_MAX_MS: '500', ...env },
+  });
+  services.push(svc);
+  return svc;
+}
+
+const setStatus = (svc: TestService, agentId: string, enabled: boolean) =>
+  svc.app.inject({
+    method: 'POST',
+    url: '/partner/agents/status',
+    headers: { 'x-api-key': key, 'content-type': 'application/json' },
+    payload: { agentId, enabled },
+  });
+
+async function until(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+const pendingRow = async (agentId: string) =>
+  (await db.pool.query('SELECT attempts, last_error FROM pending_disables WHERE agent_id = $1', [agentId])).rows[0] as
+    | { attempts: number; last_error: string | null }
+    | undefined;
+const changeRows = async (agentId: string) =>
+  (await db.pool.query('SELECT enabled FROM agent_status_changes WHERE agent_id = $1 ORDER BY change_id', [agentId])).rows.map(
+    (row) => row.enabled as boolean,
+  );
+const unpausedCount = async (agentId: string) =>
+  (await db.pool.query('SELECT count(*)::int AS n FROM campaigns WHERE agent_id = $1 AND active AND NOT paused', [agentId])).rows[0]
+    .n as number;
+
+/** Paused in the database implies paused in spend management and in Redis, for every campaign given. */
+async function expectDatabaseImpliesEverywhere(svc: TestService, campaignIds: string[]) {
+  const { rows } = await db.pool.query('SELECT campaign_id FROM campaigns WHERE campaign_id = ANY($1) AND paused', [campaignIds]);
+  const inDatabase = rows.map((row) => row.campaign_id as string);
+  expect(inDatabase.filter((id) => !svc.simulator.simulator.isPaused(id))).toEqual([]);
+  expect((await svc.pausedInRedis(inDatabase)).every(Boolean)).toBe(true);
+}
+
+describe('a platform transaction holds the agent row (the restriction trigger took it FOR SHARE)', () => {
+  it('records the disable at once without the lock, answers 500 "recorded", and disables and pauses once the lock frees, with no further request', async () => {
+    const svc = await start({ REQUEST_DEADLINE_MS: '2000' });
+    const agentId = await db.agent(networkId);
+    await db.campaigns(agentId, 30);
+    const platform = new pg.Client({ connectionString: databaseUrl() });
+    await platform.connect();
+    try {
+      await platform.query('BEGIN');
+      const inserted = randomUUID();
+      await platform.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [inserted, agentId]);
+
+      const started = Date.now();
+      const answer = await setStatus(svc, agentId, false);
+      expect(Date.now() - started).toBeLessThan(3_000);
+      expect(answer.statusCode).toBe(500);
+      expect(answer.json()).toMatchObject({ pausedCampaignCount: 0, detail: expect.stringMatching(/recorded/) });
+      // Recorded without the lock: the pending row and the change row; the flag waits.
+      expect(await pendingRow(agentId)).toBeDefined();
+      expect(await changeRows(agentId)).toEqual([false]);
+      expect(await db.agentApproved(agentId)).toBe(true);
+
+      await platform.query('COMMIT');
+      await until('the worker to disable the agent and pause everything', async () => {
+        return !(await db.agentApproved(agentId)) && (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId));
+      });
+      expect((await db.pausedIds(agentId)).has(inserted)).toBe(true);
+      await expectDatabaseImpliesEverywhere(svc, [...(await db.pausedIds(agentId))]);
+    } finally {
+      await platform.query('ROLLBACK').catch(() => undefined);
+      await platform.end();
+    }
+  });
+
+  it('an enable that comes after the recorded disable wins: the run never sets the flag afterwards', async () => {
+    const svc = await start({ REQUEST_DEADLINE_MS: '1500' });
+    const agentId = await db.agent(networkId);
+    await db.campaigns(agentId, 5);
+    const platform = new pg.Client({ connectionString: databaseUrl() });
+    await platform.connect();
+    try {
+      await platform.query('BEGIN');
+      await platform.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [randomUUID(), agentId]);
+      expect((await setStatus(svc, agentId, false)).statusCode).toBe(500);
+      const enable = setStatus(svc, agentId, true); // waits for the platform's lock
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await platform.query('COMMIT');
+      expect((await enable).statusCode).toBe(200);
+      await new Promise((resolve) => setTimeout(resolve, 1_500)); // several worker polls
+      expect(await db.agentApproved(agentId)).toBe(true);
+      expect(await pendingRow(agentId)).toBeUndefined();
+      expect(await unpausedCount(agentId)).toBe(6);
+    } finally {
+      await platform.query('ROLLBACK').catch(() => undefined);
+      await platform.end();
+    }
+  });
+});
+
+describe('a campaign row locked by another transaction', () => {
+  it('is one refusal for that pass: the other 99 are paused at once, the answer is 500 with 1 remaining, and the worker finishes after the lock frees', async () => {
+    const svc = await start({});
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 100);
+    const platform = new pg.Client({ connectionString: databaseUrl() });
+    await platform.connect();
+    try {
+      await platform.query('BEGIN');
+      await platform.query('SELECT 1 FROM campaigns WHERE campaign_id = $1 FOR UPDATE', [ids[42]]);
+      const started = Date.now();
+      const answer = await setStatus(svc, agentId, false);
+      expect(Date.now() - started).toBeLessThan(2_000);
+      expect(answer.statusCode).toBe(500);
+      expect(answer.json()).toMatchObject({ pausedCampaignCount: 99, remainingCampaignCount: 1 });
+      expect((await pendingRow(agentId))?.last_error).toBe('postgres:not_confirmed');
+      await expectDatabaseImpliesEverywhere(svc, ids);
+      await platform.query('COMMIT');
+      await until(
+        'the worker to pause the locked campaign',
+        async () => (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId)),
+      );
+      await expectDatabaseImpliesEverywhere(svc, ids);
+    } finally {
+      await platform.query('ROLLBACK').catch(() => undefined);
+      await platform.end();
+    }
+  });
+});
+
+describe('a database connection that stops answering (black-holed, not closed)', () => {
+  it('fails that statement within its client-side limit, answers the request by its deadline, and converges on a fresh connection', async () => {
+    const target = new URL(databaseUrl());
+    const proxy = await startBlackholeProxy({ host: target.hostname, port: Number(target.port || 5432) }, 'pas_mark_campaigns_paused');
+    const viaProxy = new URL(databaseUrl());
+    viaProxy.port = String(proxy.port);
+    try {
+      const svc = await start({
+        DATABASE_URL: viaProxy.toString(),
+        DATABASE_STATEMENT_TIMEOUT_MS: '1000',
+        WORKER_LEASE_MS: '4000',
+        REQUEST_DEADLINE_MS: '6000',
+      });
+      const agentId = await db.agent(networkId);
+      const ids = await db.campaigns(agentId, 250);
+      const started = Date.now();
+      const answer = await setStatus(svc, agentId, false);
+      const took = Date.now() - started;
+      expect(proxy.held()).toBe(1);
+      expect(took).toBeLessThan(6_000);
+      expect(answer.statusCode).toBe(500);
+      expect(answer.json()).toHaveProperty('remainingCampaignCount');
+      const failures = await svc.service.metrics.registry.getSingleMetricAsString('dependency_errors_total');
+      expect(failures).toMatch(/dependency="postgres",reason="timeout"\} [1-9]/);
+      await until('the disable to converge', async () => (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId)), 20_000);
+      await expectDatabaseImpliesEverywhere(svc, ids);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('more batches than spend-management slots, and an enable while they wait', () => {
+  it('sends no pause call after the enable answered, answers the disable 409 with its count, and the stores agree', async () => {
+    const svc = await start({ SPEND_MANAGEMENT_MAX_CONCURRENCY: '1', DISABLE_BATCHES_IN_FLIGHT: '4', SPEND_MANAGEMENT_TIMEOUT_MS: '3000' });
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 400);
+    svc.simulator.simulator.setMode('slow', { delayMs: 600 });
+    try {
+      const disable = setStatus(svc, agentId, false);
+      await until('the first pause call', () => svc.simulator.simulator.requests().length >= 1);
+      const enabled = await setStatus(svc, agentId, true);
+      expect(enabled.statusCode).toBe(200);
+      const answeredAt = Date.now();
+      const answer = await disable;
+      expect(answer.statusCode).toBe(409);
+      const late = svc.simulator.simulator.requests().filter((request) => Date.parse(request.at) > answeredAt);
+      expect(late).toEqual([]);
+      const paused = svc.simulator.simulator.requests().reduce((sum, request) => sum + request.campaignIds.length, 0);
+      expect(answer.json().pausedCampaignCount).toBe(paused);
+      await svc.service.runner.settled();
+      expect((await db.pausedIds(agentId)).size).toBe(paused);
+      await expectDatabaseImpliesEverywhere(svc, ids);
+    } finally {
+      svc.simulator.simulator.setMode('ok');
+    }
+  });
+});
+
+describe('a superseded disable whose batch in flight meets a Redis outage', () => {
+  it('completes the batch in Redis and the database once Redis is back, so the three stores agree', async () => {
+    const redis = new URL(inject('redisUrl'));
+    const proxy = await startTcpProxy({ host: redis.hostname, port: Number(redis.port || 6379) });
+    try {
+      const svc = await start({ SPEND_MANAGEMENT_TIMEOUT_MS: '3000', REDIS_COMMAND_TIMEOUT_MS: '300' }, proxy.url);
+      const agentId = await db.agent(networkId);
+      const ids = await db.campaigns(agentId, 50);
+      svc.simulator.simulator.setMode('slow', { delayMs: 700 });
+      const disable = setStatus(svc, agentId, false);
+      await until('the pause call', () => svc.simulator.simulator.requests().length >= 1);
+      expect((await setStatus(svc, agentId, true)).statusCode).toBe(200);
+      proxy.cut(); // Redis unreachable when the confirmed batch reaches it
+      const answer = await disable;
+      svc.simulator.simulator.setMode('ok');
+      expect(answer.statusCode).toBe(409);
+      expect(await pendingRow(agentId)).toBeUndefined();
+      expect(ids.every((id) => svc.simulator.simulator.isPaused(id))).toBe(true);
+      expect((await db.pausedIds(agentId)).size).toBe(0);
+      proxy.restore();
+      await until('the batch to be settled', async () => (await db.pausedIds(agentId)).size === 50);
+      expect((await svc.pausedInRedis(ids)).every(Boolean)).toBe(true);
+      expect(await db.agentApproved(agentId)).toBe(true);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('a campaign moved to another agent while its batch is in flight', () => {
+  it('ends paused in the database too, as spend management and Redis have it', async () => {
+    const svc = await start({ SPEND_MANAGEMENT_TIMEOUT_MS: '3000' });
+    const agentId = await db.agent(networkId);
+    const other = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 10);
+    svc.simulator.simulator.setMode('slow', { delayMs: 500 });
+    try {
+      const disable = setStatus(svc, agentId, false);
+      await until('the pause call', () => svc.simulator.simulator.requests().length >= 1);
+      await db.pool.query('UPDATE campaigns SET agent_id = $1 WHERE campaign_id = $2', [other, ids[3]]);
+      expect((await disable).statusCode).toBe(200);
+      const { rows } = await db.pool.query('SELECT paused FROM campaigns WHERE campaign_id = $1', [ids[3]]);
+      expect(rows[0].paused).toBe(true);
+      await expectDatabaseImpliesEverywhere(svc, ids);
+    } finally {
+      svc.simulator.simulator.setMode('ok');
+    }
+  });
+});
+
+describe('campaigns_paused_total', () => {
+  it("counts the worker's pauses as well as a request's", async () => {
+    const svc = await start({});
+    const agentId = await db.agent(networkId);
+    await db.campaigns(agentId, 120);
+    svc.simulator.simulator.setMode('fail');
+    try {
+      expect((await setStatus(svc, agentId, false)).statusCode).toBe(500);
+    } finally {
+      svc.simulator.simulator.setMode('ok');
+    }
+    svc.service.breakers.spendManagement.close();
+    await until('the worker to finish', async () => !(await pendingRow(agentId)));
+    const text = await svc.service.metrics.registry.getSingleMetricAsString('campaigns_paused_total');
+    expect(text).toMatch(/campaigns_paused_total\{partner="faults"\} (\d+)/);
+    const counted = Number(/campaigns_paused_total\{partner="faults"\} (\d+)/.exec(text)![1]);
+    expect(counted).toBeGreaterThanOrEqual(120);
+  });
+});
