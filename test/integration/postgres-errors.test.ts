@@ -1,0 +1,92 @@
+// What a PostgreSQL failure is called in metrics, logs and pending_disables.last_error: slonik 49's
+// errors carry neither name nor code where one would look, so each class is checked against the
+// real server.
+
+import { createPgDriverFactory } from '@slonik/pg-driver';
+import pg from 'pg';
+import { createPool, type DatabasePool, sql } from 'slonik';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { classifyPostgresError, createDatabasePool } from '../../src/stores/database.js';
+import { databaseUrl } from '../support/database-url.js';
+import { freePort } from '../support/process.js';
+
+let pool: DatabasePool;
+const admin = new pg.Pool({ connectionString: databaseUrl(), max: 2 });
+
+beforeAll(async () => {
+  pool = await createDatabasePool({ url: databaseUrl(), maxPoolSize: 2, statementTimeoutMs: 300 });
+  await admin.query('CREATE TABLE IF NOT EXISTS classify_probe (id int PRIMARY KEY)');
+  await admin.query('INSERT INTO classify_probe VALUES (1) ON CONFLICT DO NOTHING');
+});
+
+afterAll(async () => {
+  await pool?.end();
+  await admin.end();
+});
+
+const failure = (run: () => Promise<unknown>) =>
+  run().then(
+    () => {
+      throw new Error('the statement did not fail');
+    },
+    (error: unknown) => classifyPostgresError(error),
+  );
+
+describe('classifyPostgresError against the real server', () => {
+  it('a statement timeout (57014) is timeout', async () => {
+    expect(await failure(() => pool.query(sql.unsafe`SELECT pg_sleep(2)`))).toBe('timeout');
+  });
+
+  it('a unique violation (23505) and a raised restriction (P0001) are constraint', async () => {
+    expect(await failure(() => pool.query(sql.unsafe`INSERT INTO classify_probe VALUES (1)`))).toBe('constraint');
+    expect(await failure(() => pool.query(sql.unsafe`DO $$ BEGIN RAISE EXCEPTION 'restricted' USING ERRCODE = 'P0001'; END $$`))).toBe(
+      'constraint',
+    );
+  });
+
+  it('a lock not granted at once (55P03) is busy', async () => {
+    const holder = await admin.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM classify_probe WHERE id = 1 FOR UPDATE');
+      expect(await failure(() => pool.query(sql.unsafe`SELECT 1 FROM classify_probe WHERE id = 1 FOR UPDATE NOWAIT`))).toBe('busy');
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+  });
+
+  it('a read-only server (25006, an old primary after a failover) is unavailable', async () => {
+    const url = new URL(databaseUrl());
+    url.searchParams.set('options', '-c default_transaction_read_only=on');
+    const readOnly = await createDatabasePool({ url: url.toString(), maxPoolSize: 1, statementTimeoutMs: 1_000 });
+    try {
+      expect(await failure(() => readOnly.query(sql.unsafe`INSERT INTO classify_probe VALUES (2)`))).toBe('unavailable');
+    } finally {
+      await readOnly.end();
+    }
+  });
+
+  it('a terminated backend (57P01) and a refused connection are unavailable', async () => {
+    const victim = await createPool(databaseUrl(), { driverFactory: createPgDriverFactory(), maxPoolSize: 1, queryRetryLimit: 0 });
+    try {
+      const pid = await victim.oneFirst(sql.unsafe`SELECT pg_backend_pid() AS pid`);
+      const sleeping = victim.query(sql.unsafe`SELECT pg_sleep(5)`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+      expect(await failure(() => sleeping)).toBe('unavailable');
+    } finally {
+      await victim.end();
+    }
+    const nowhere = new URL(databaseUrl());
+    nowhere.port = String(await freePort());
+    // createPool connects once: the refusal surfaces there.
+    expect(await failure(() => createDatabasePool({ url: nowhere.toString(), maxPoolSize: 1, statementTimeoutMs: 1_000 }))).toBe(
+      'unavailable',
+    );
+  });
+
+  it("the client's own read time-out (a connection that stopped answering) is timeout", () => {
+    expect(classifyPostgresError(new Error('Query read timeout'))).toBe('timeout');
+  });
+});
