@@ -219,7 +219,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
   }
 
   async function disableSteps(command: SetAgentStatusCommand, progress: Progress): Promise<number> {
-    const { networkId, agentId, deadline } = command;
+    const { networkId, agentId } = command;
     const claimToken = randomUUID();
     const outcome = await agents.disable(
       networkId,

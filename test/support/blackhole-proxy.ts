@@ -40,6 +40,10 @@ export async function startBlackholeProxy(target: { host: string; port: number }
     port,
     /** Connections held so far. */
     held: () => held,
+    /** Holds the next connection that carries the marker too. */
+    arm: () => {
+      left += 1;
+    },
     close: () => {
       for (const socket of sockets) socket.destroy();
       return new Promise<void>((resolve) => server.close(() => resolve()));
