@@ -65,7 +65,7 @@ export interface PausedIn {
 }
 
 export interface Stores {
-  /** Reads the three places that hold campaign state (CONTRACT.md sections 5 and 6). */
+  /** Reads the three places that hold campaign state (docs/interfaces.md §5 and §6). */
   pausedIn(campaignIds: string[]): Promise<PausedIn>;
 }
 

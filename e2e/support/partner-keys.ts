@@ -4,7 +4,7 @@ import { open, readFile, rename, stat, unlink, writeFile } from 'node:fs/promise
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { PartnerKeysTarget } from './settings.js';
 
-/** One entry of the partner-keys document (CONTRACT.md section 4). */
+/** One entry of the partner-keys document (docs/interfaces.md §4). */
 export interface PartnerKeyRecord {
   networkId: string;
   name: string;

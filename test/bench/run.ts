@@ -1,4 +1,4 @@
-// `npm run bench` (CONTRACT.md section 8; issues 10, 11 and 12): the built service, started as
+// `npm run bench` (docs/interfaces.md §8; issues 10, 11 and 12): the built service, started as
 // `npm start` starts it (at LOG_LEVEL=info), against this machine's PostgreSQL and Redis and the
 // spend-management simulator, beside floors measured in the same run, each in its own process.
 // Servers are pinned to core 0 and this process, the load generator, to core 1 when taskset is
@@ -267,8 +267,8 @@ async function floor(name: 'bare' | 'pg' | 'slonik' | 'update' | 'enable', figur
 }
 
 /**
- * Enables under load, checked to do the whole work: every 200 appended one change row (CONTRACT.md
- * section 9), so the service and the floor are compared on the same writes.
+ * Enables under load, checked to do the whole work: every 200 appended one change row (docs/interfaces.md
+ * §9), so the service and the floor are compared on the same writes.
  */
 async function measureEnable(figure: string, url: string): Promise<void> {
   const changeRows = async () =>
