@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { insertAgent, insertCampaigns, insertNetwork } from '../../src/dev/seed.js';
+import { insertAgent, insertCampaigns, insertNetwork } from '../../test/support/platform-rows.js';
 
 /**
  * Makes and reads back the platform's data the way the platform itself would: straight in
