@@ -26,6 +26,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
+import { waitFor } from '../test/support/wait.js';
 import { prepareLocalRun } from './support/local-run.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -89,18 +90,17 @@ function runToEnd(command: string, args: string[], env: NodeJS.ProcessEnv): Prom
   });
 }
 
-async function waitFor(url: string, what: string, timeoutMs: number, process_: ChildProcess): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (process_.exitCode !== null) throw new Error(`${what} exited before it was ready`);
-    const ok = await fetch(url, { signal: AbortSignal.timeout(1_000) }).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ok) return;
-    if (Date.now() > deadline) throw new Error(`${what} was not ready within ${timeoutMs} ms`);
-    await sleep(100);
-  }
+async function waitUntilReady(url: string, what: string, timeoutMs: number, process_: ChildProcess): Promise<void> {
+  await waitFor(
+    async () => {
+      if (process_.exitCode !== null) throw new Error(`${what} exited before it was ready`);
+      return fetch(url, { signal: AbortSignal.timeout(1_000) }).then(
+        (r) => r.ok,
+        () => false,
+      );
+    },
+    { timeoutMs, intervalMs: 100, failure: `${what} was not ready within ${timeoutMs} ms` },
+  );
 }
 
 async function stopChild(name: string, timeoutMs: number): Promise<void> {
@@ -186,7 +186,7 @@ try {
   renameSync(`${run.keysFile}.tmp`, run.keysFile);
 
   const simulator = start('spend-simulator', ['dist/spend-simulator/main.js'], { HOST: '127.0.0.1', PORT: String(run.simulatorPort) });
-  await waitFor(`${run.simulatorUrl}/healthz`, 'the simulator', 15_000, simulator.child);
+  await waitUntilReady(`${run.simulatorUrl}/healthz`, 'the simulator', 15_000, simulator.child);
 
   const service = start('service', ['--import', './dist/telemetry.js', 'dist/main.js'], {
     HOST: '127.0.0.1',
@@ -210,7 +210,7 @@ try {
     DRAIN_DELAY_MS: '0',
     SHUTDOWN_TIMEOUT_MS: '10000',
   });
-  await waitFor(`${run.baseUrl}/readyz`, 'the service', 30_000, service.child);
+  await waitUntilReady(`${run.baseUrl}/readyz`, 'the service', 30_000, service.child);
   say(`service ready at ${run.baseUrl} (logs: test-results/e2e-local-stack/)`);
 } catch (error) {
   say(`could not start: ${(error as Error).message}`);

@@ -1,4 +1,4 @@
-// CONTRACT.md section 9: GET /partner/agents/{agentId}/status reads an agent of the key's network:
+// docs/interfaces.md §9: GET /partner/agents/{agentId}/status reads an agent of the key's network:
 // 200 {agentId, networkId, enabled, activeUnpausedCampaignCount, disableInProgress}; the agent id as
 // is (colon included) or percent-encoded; 400 for a malformed id; the same 401 and identical 404s
 // as the POST. It never changes anything.

@@ -1,4 +1,4 @@
-// CONTRACT.md section 3 (idempotence) and section 7 (counting).
+// docs/interfaces.md §3 (idempotence) and §7 (counting).
 import { expect, test } from '../support/fixtures.js';
 
 test.describe('Repeating a request is always safe', () => {

@@ -1,4 +1,4 @@
-// CONTRACT.md section 10: each network may make RATE_LIMIT_MAX requests per RATE_LIMIT_WINDOW_MS to
+// docs/interfaces.md §10: each network may make RATE_LIMIT_MAX requests per RATE_LIMIT_WINDOW_MS to
 // the /partner routes; beyond that, 429 problem+json with Retry-After and the IETF RateLimit fields,
 // and nothing changes. The limit is read from the service's own RateLimit-Policy field, so the spec
 // works against any BASE_URL (the local stack and the kind cluster set a small limit; see

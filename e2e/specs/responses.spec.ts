@@ -1,4 +1,4 @@
-// CONTRACT.md section 3: x-request-id on every response, errors as RFC 9457 problems.
+// docs/interfaces.md §3: x-request-id on every response, errors as RFC 9457 problems.
 import { randomUUID } from 'node:crypto';
 import { expect, expectProblem, mediaType, test } from '../support/fixtures.js';
 

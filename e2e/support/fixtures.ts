@@ -1,5 +1,5 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { type APIRequestContext, type APIResponse, test as base, expect } from '@playwright/test';
+import { waitFor } from '../../test/support/wait.js';
 import { newPartnerKey, partnerKeyWriter } from './partner-keys.js';
 import { Seeder } from './seeder.js';
 import { type E2ESettings, loadSettings } from './settings.js';
@@ -65,7 +65,7 @@ export interface PausedIn {
 }
 
 export interface Stores {
-  /** Reads the three places that hold campaign state (CONTRACT.md sections 5 and 6). */
+  /** Reads the three places that hold campaign state (docs/interfaces.md §5 and §6). */
   pausedIn(campaignIds: string[]): Promise<PausedIn>;
 }
 
@@ -89,26 +89,29 @@ const statusPath = '/partner/agents/status';
  * service has not loaded the key yet) to 200. Polls; never sleeps a fixed time.
  */
 async function waitUntilServed(http: APIRequestContext, partner: Partner, probeAgentId: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
   let last = '';
-  for (;;) {
-    const response = await http.post(statusPath, {
-      headers: { 'x-api-key': partner.key, 'content-type': 'application/json' },
-      data: { agentId: probeAgentId, enabled: true },
-      failOnStatusCode: false,
-    });
-    if (response.status() === 200) return;
-    last = `${response.status()} ${(await response.text()).slice(0, 300)}`;
-    // 401: the key is not loaded yet. 502-504: a proxy in front has no ready pod yet. Anything
-    // else will not change by waiting.
-    if (![401, 502, 503, 504].includes(response.status())) {
-      throw new Error(`waiting for the key of partner "${partner.name}" to be served, got ${last}`);
-    }
-    if (Date.now() > deadline) {
-      throw new Error(`the key of partner "${partner.name}" was not served within ${timeoutMs} ms (last answer: ${last})`);
-    }
-    await sleep(timeoutMs > 30_000 ? 2_000 : 100);
-  }
+  await waitFor(
+    async () => {
+      const response = await http.post(statusPath, {
+        headers: { 'x-api-key': partner.key, 'content-type': 'application/json' },
+        data: { agentId: probeAgentId, enabled: true },
+        failOnStatusCode: false,
+      });
+      if (response.status() === 200) return true;
+      last = `${response.status()} ${(await response.text()).slice(0, 300)}`;
+      // 401: the key is not loaded yet. 502-504: a proxy in front has no ready pod yet. Anything
+      // else will not change by waiting.
+      if (![401, 502, 503, 504].includes(response.status())) {
+        throw new Error(`waiting for the key of partner "${partner.name}" to be served, got ${last}`);
+      }
+      return false;
+    },
+    {
+      timeoutMs,
+      intervalMs: timeoutMs > 30_000 ? 2_000 : 100,
+      failure: () => `the key of partner "${partner.name}" was not served within ${timeoutMs} ms (last answer: ${last})`,
+    },
+  );
 }
 
 export const test = base.extend<TestFixtures, WorkerFixtures>({

@@ -2,9 +2,10 @@ import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { open, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { waitFor } from '../../test/support/wait.js';
 import type { PartnerKeysTarget } from './settings.js';
 
-/** One entry of the partner-keys document (CONTRACT.md section 4). */
+/** One entry of the partner-keys document (docs/interfaces.md §4). */
 export interface PartnerKeyRecord {
   networkId: string;
   name: string;
@@ -75,24 +76,25 @@ class FileKeyWriter extends KeyDocumentWriter {
 
   protected async update(change: (keys: KeyMap) => void): Promise<void> {
     const lock = `${this.path}.lock`;
-    const deadline = Date.now() + 15_000;
-    for (;;) {
-      try {
-        const handle = await open(lock, 'wx');
-        await handle.close();
-        break;
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-        // A worker killed while holding the lock leaves it behind; a write takes milliseconds.
-        const age = await stat(lock).then(
-          (s) => Date.now() - s.mtimeMs,
-          () => 0,
-        );
-        if (age > 10_000) await unlink(lock).catch(() => undefined);
-        if (Date.now() > deadline) throw new Error(`could not lock ${this.path} within 15 s`);
-        await sleep(20);
-      }
-    }
+    await waitFor(
+      async () => {
+        try {
+          const handle = await open(lock, 'wx');
+          await handle.close();
+          return true;
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+          // A worker killed while holding the lock leaves it behind; a write takes milliseconds.
+          const age = await stat(lock).then(
+            (s) => Date.now() - s.mtimeMs,
+            () => 0,
+          );
+          if (age > 10_000) await unlink(lock).catch(() => undefined);
+          return false;
+        }
+      },
+      { timeoutMs: 15_000, intervalMs: 20, failure: `could not lock ${this.path} within 15 s` },
+    );
     try {
       const document = parseDocument(await readFile(this.path, 'utf8'));
       change(document['partner-keys']);

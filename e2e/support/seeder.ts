@@ -1,10 +1,10 @@
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { insertAgent, insertCampaigns, insertNetwork } from '../../src/dev/seed.js';
+import { insertAgent, insertCampaigns, insertNetwork } from '../../test/support/platform-rows.js';
 
 /**
  * Makes and reads back the platform's data the way the platform itself would: straight in
- * PostgreSQL (the tables of CONTRACT.md section 5) and Redis (hash `campaign:<id>` under the
+ * PostgreSQL (the tables of docs/interfaces.md §5) and Redis (hash `campaign:<id>` under the
  * service's key prefix). Nothing here goes through the service. Locally the database is the run's
  * own; in the kind cluster it is the port-forwarded PostgreSQL (k8s-dev/port-forward.sh).
  */

@@ -1,4 +1,4 @@
-// One floor of `npm run bench` (CONTRACT.md section 8), in its own process: FLOOR selects which.
+// One floor of `npm run bench` (docs/interfaces.md §8), in its own process: FLOOR selects which.
 // - bare:   a bare Fastify route, logger off;
 // - pg:     `SELECT 1` through node-postgres;
 // - slonik: `SELECT 1` through slonik configured as the service configures it (createDatabasePool);

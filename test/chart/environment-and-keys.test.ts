@@ -4,7 +4,7 @@ import type { IConfigMap, IContainer, IEnvVar, IPodSpec, IServiceAccount } from 
 import { describe, expect, it } from 'vitest';
 import { ciValuesFiles, findAll, findOne, type RenderOptions, render } from './chart.js';
 
-/** CONTRACT.md section 2, and the project's own tunables with their defaults. */
+/** docs/interfaces.md §2, and the project's own tunables with their defaults. */
 const contractDefaults: Record<string, string> = {
   PORT: '8080',
   METRICS_PORT: '9464',
@@ -84,7 +84,7 @@ function userEnvNames(options: RenderOptions): string[] {
   return rendered(options).names.filter((n) => !extra.has(n));
 }
 
-describe('environment of the service (CONTRACT.md section 2)', () => {
+describe('environment of the service (docs/interfaces.md §2)', () => {
   it('sets every variable with its documented default', () => {
     const { configMap } = rendered();
     expect(configMap).toMatchObject(contractDefaults);

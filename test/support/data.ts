@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { insertAgent, insertCampaigns, insertNetwork } from '../../src/dev/seed.js';
 import { databaseUrl } from './database-url.js';
+import { insertAgent, insertCampaigns, insertNetwork } from './platform-rows.js';
 
 /** Direct access to the run's database for seeding and reading back, outside the service. */
 export function testDatabase() {

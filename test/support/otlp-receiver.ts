@@ -1,5 +1,6 @@
 import { once } from 'node:events';
 import { createServer } from 'node:http';
+import { waitFor } from './wait.js';
 
 export interface ReceivedSpan {
   traceId: string;
@@ -60,11 +61,11 @@ export async function startOtlpReceiver() {
     spans,
     bodies,
     async waitFor(predicate: (spans: ReceivedSpan[]) => boolean, timeoutMs = 15_000): Promise<void> {
-      const deadline = Date.now() + timeoutMs;
-      while (!predicate(spans)) {
-        if (Date.now() > deadline) throw new Error(`spans not received in time; got: ${spans.map((s) => s.name).join(', ')}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      await waitFor(() => predicate(spans), {
+        timeoutMs,
+        intervalMs: 100,
+        failure: () => `spans not received in time; got: ${spans.map((s) => s.name).join(', ')}`,
+      });
     },
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };

@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { waitFor } from './wait.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -38,20 +39,26 @@ export async function startServiceProcess(env: Record<string, string>) {
   // 'close', not 'exit': by then every line the process wrote has been read.
   const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
 
+  let exitCode: number | null | undefined;
+  void exited.then((code) => {
+    exitCode = code;
+  });
+
   const baseUrl = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    const code = await Promise.race([exited, new Promise<'running'>((r) => setTimeout(() => r('running'), 100))]);
-    if (code !== 'running') throw new Error(`service exited with ${code} before listening:\n${output.join('\n')}`);
-    const ready = await fetch(`${baseUrl}/readyz`).then(
-      (r) => r.ok,
-      () => false,
+  try {
+    await waitFor(
+      async () => {
+        if (exitCode !== undefined) throw new Error(`service exited with ${exitCode} before listening:\n${output.join('\n')}`);
+        return fetch(`${baseUrl}/readyz`).then(
+          (r) => r.ok,
+          () => false,
+        );
+      },
+      { timeoutMs: 20_000, intervalMs: 100, failure: () => `service did not become ready:\n${output.join('\n')}` },
     );
-    if (ready) break;
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL');
-      throw new Error(`service did not become ready:\n${output.join('\n')}`);
-    }
+  } catch (error) {
+    child.kill('SIGKILL'); // nothing to do when it has exited already
+    throw error;
   }
 
   return {
@@ -59,17 +66,20 @@ export async function startServiceProcess(env: Record<string, string>) {
     metricsUrl: `http://127.0.0.1:${metricsPort}`,
     output,
     /** The first line (parsed JSON) that `matches`, waiting for it up to `timeoutMs`: lines are written in chunks. */
-    async logLine(matches: (record: Record<string, unknown>) => boolean, timeoutMs = 5_000): Promise<Record<string, unknown>> {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
+    logLine(matches: (record: Record<string, unknown>) => boolean, timeoutMs = 5_000): Promise<Record<string, unknown>> {
+      const firstMatch = () => {
         for (const line of output) {
           if (!line.startsWith('{')) continue;
           const record = JSON.parse(line) as Record<string, unknown>;
           if (matches(record)) return record;
         }
-        if (Date.now() > deadline) throw new Error(`no such log line within ${timeoutMs} ms:\n${output.join('\n')}`);
-        await new Promise((resolve) => setTimeout(resolve, 25));
-      }
+        return undefined;
+      };
+      return waitFor(firstMatch, {
+        timeoutMs,
+        intervalMs: 25,
+        failure: () => `no such log line within ${timeoutMs} ms:\n${output.join('\n')}`,
+      });
     },
     exited,
     child,

@@ -27,7 +27,7 @@ describe('problem details (RFC 9457)', () => {
     });
   });
 
-  it('uses the type URNs partners match on (CONTRACT.md and the README)', () => {
+  it('uses the type URNs partners match on (docs/interfaces.md §3 and the README)', () => {
     const types = Object.fromEntries(Object.keys(problemTypes).map((kind) => [kind, problem(kind as never, 'x', 'r').type]));
     expect(types).toMatchObject({
       methodNotAllowed: 'urn:partner-agent-status:problem:method-not-allowed',

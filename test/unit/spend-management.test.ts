@@ -1,4 +1,4 @@
-// The spend-management client (CONTRACT.md section 6) against plain node:http servers on loopback:
+// The spend-management client (docs/interfaces.md §6) against plain node:http servers on loopback:
 // what each kind of answer becomes. The simulator covers the happy path and outages end to end.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';

@@ -1,0 +1,93 @@
+// The table of `npm run bench`: one row per figure, with its floor and target where it has them.
+import type { ProcessFigures, Results } from './context.js';
+import type { Plan } from './options.js';
+import type { Row } from './report.js';
+
+const disableTargets: Record<number, number> = { 100: 15, 10000: 150 };
+
+/** Start to ready and memory of one service process, each with its upper limit when it has one. */
+function processRows(
+  name: string,
+  figures: ProcessFigures | undefined,
+  limits: { startToReady?: number; rssAtReady?: number; rssAfterLoad?: number },
+): Row[] {
+  if (!figures) return [];
+  const row = (figure: string, value: number, unit: string, limit: number | undefined): Row => ({
+    figure,
+    value,
+    unit,
+    ...(limit === undefined ? {} : { target: { of: 'value', op: '<=', limit } }),
+  });
+  return [
+    row(`start to ready, ${name}`, figures.startToReadyMs, 'ms', limits.startToReady),
+    row(`RSS at ready, ${name}`, figures.rssAtReadyMiB, 'MiB', limits.rssAtReady),
+    ...(figures.rssAfterLoadMiB === undefined
+      ? []
+      : [row(`RSS after the load, ${name}`, figures.rssAfterLoadMiB, 'MiB', limits.rssAfterLoad)]),
+  ];
+}
+
+/** The rows of the figures the run took, in the table's order; a phase not run has no row. */
+export function tableRows(results: Results, plan: Plan): Row[] {
+  const { loads, disables, concurrent, processes } = results;
+  const load = (name: string) => loads[name];
+  const perSecond = (figure: string, name: string, extra: Partial<Row> = {}): Row | undefined => {
+    const f = load(name);
+    return f && { figure, value: f.requestsPerSecond, unit: 'req/s', detail: `p50 ${f.p50Ms} ms, p99 ${f.p99Ms} ms`, ...extra };
+  };
+  const floorOf = (figure: string, name: string) => (load(name) ? { floor: { figure, value: load(name)!.requestsPerSecond } } : {});
+  const candidates: Array<Row | undefined> = [
+    perSecond('floor: bare Fastify route (logger off)', 'floor: bare Fastify route'),
+    perSecond('floor: SELECT 1 via node-postgres', 'floor: SELECT 1 via node-postgres'),
+    perSecond('floor: SELECT 1 via slonik (service pool)', 'floor: SELECT 1 via slonik (service pool)'),
+    perSecond('floor: enable UPDATE alone via node-postgres', 'floor: enable UPDATE alone via node-postgres'),
+    perSecond(
+      'floor: enable, whole work (rate limit + durable write)',
+      'floor: enable (rate-limit EVALSHA + durable write) via node-postgres',
+      floorOf('UPDATE alone', 'floor: enable UPDATE alone via node-postgres'),
+    ),
+    perSecond('enable', 'enable', {
+      ...floorOf('enable floor', 'floor: enable (rate-limit EVALSHA + durable write) via node-postgres'),
+      target: { of: 'ratio', op: '>=', limit: 0.85 },
+    }),
+    perSecond('401 path (unknown keys)', '401 path', {
+      ...floorOf('bare Fastify', 'floor: bare Fastify route'),
+      target: { of: 'ratio', op: '>=', limit: 0.8 },
+    }),
+    perSecond('429 path (network over its limit)', '429 path', floorOf('bare Fastify', 'floor: bare Fastify route')),
+    perSecond('enable, tracing on (always_on, OTLP)', 'enable, tracing on', {
+      ...floorOf('tracing off', 'enable'),
+      target: { of: 'ratio', op: '>=', limit: 0.7 },
+    }),
+  ];
+  for (const d of disables) {
+    candidates.push({
+      figure: `disable, ${d.campaigns.toLocaleString('en-US')} campaigns (median of ${plan.runs})`,
+      value: d.ms,
+      unit: 'ms',
+      detail: `round trips: PostgreSQL ${d.postgres}, Redis ${d.redis}, spend management ${d.spendManagement}`,
+      ...(disableTargets[d.campaigns] === undefined ? {} : { target: { of: 'value', op: '<=', limit: disableTargets[d.campaigns]! } }),
+    });
+    if (d.campaigns === 10_000) {
+      candidates.push({
+        figure: 'disable, 10,000 campaigns: spend-management calls',
+        value: d.spendManagement,
+        unit: 'calls',
+        target: { of: 'value', op: '=', limit: 100 },
+      });
+    }
+  }
+  if (concurrent) {
+    candidates.push(
+      perSecond(
+        `disables under load (${concurrent.agents} agents of ${concurrent.campaignsPerAgent} campaigns, ${plan.connections} at a time)`,
+        'disables under load',
+      ),
+    );
+  }
+  candidates.push(
+    ...processRows('tracing off', processes['tracing off'], { startToReady: 1_000, rssAtReady: 100, rssAfterLoad: 250 }),
+    ...processRows('tracing on', processes['tracing on'], { rssAfterLoad: 300 }),
+  );
+  return candidates.filter((row): row is Row => row !== undefined);
+}

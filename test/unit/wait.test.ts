@@ -1,0 +1,43 @@
+import { describe, expect, it } from 'vitest';
+import { waitFor } from '../support/wait.js';
+
+describe('waitFor polls until a condition holds', () => {
+  it('returns the first value that is neither undefined nor false', async () => {
+    let tries = 0;
+    const value = await waitFor(() => (++tries < 3 ? undefined : `after ${tries} tries`), {
+      timeoutMs: 1_000,
+      intervalMs: 1,
+      failure: 'never',
+    });
+    expect(value).toBe('after 3 tries');
+  });
+
+  it('fails with the message of the moment once the time is up, after one last try', async () => {
+    let tries = 0;
+    const started = Date.now();
+    await expect(
+      waitFor(
+        () => {
+          tries += 1;
+          return false;
+        },
+        { timeoutMs: 30, intervalMs: 5, failure: () => `still false after ${tries} tries` },
+      ),
+    ).rejects.toThrow(/^still false after \d+ tries$/);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(30);
+    expect(tries).toBeGreaterThan(1);
+  });
+
+  it('stops at once when the check throws', async () => {
+    let tries = 0;
+    const failing = waitFor(
+      () => {
+        tries += 1;
+        throw new Error('will not change by waiting');
+      },
+      { timeoutMs: 10_000, intervalMs: 1, failure: 'timed out' },
+    );
+    await expect(failing).rejects.toThrow('will not change by waiting');
+    expect(tries).toBe(1);
+  });
+});
