@@ -1,5 +1,5 @@
 /**
- * The service's whole configuration, read once from the environment (CONTRACT.md section 2 plus
+ * The service's whole configuration, read once from the environment (docs/interfaces.md §2 plus
  * the project's own tunables documented in the README). A missing or invalid variable throws a
  * ConfigError whose message names it; main.ts prints that one line and exits 1.
  */
@@ -35,7 +35,7 @@ export interface Config {
   secretsManager: SecretsManagerSettings;
 }
 
-/** CONTRACT.md section 10. */
+/** docs/interfaces.md §10. */
 export interface LimitSettings {
   /** Requests one network may make per window, across replicas; 0 turns the limit off. */
   rateLimitMax: number;
@@ -56,7 +56,7 @@ export interface PipelineSettings {
   spendManagementMaxConcurrency: number;
 }
 
-/** The convergence worker of CONTRACT.md section 9. */
+/** The convergence worker of docs/interfaces.md §9. */
 export interface WorkerSettings {
   pollIntervalMs: number;
   leaseMs: number;
@@ -125,7 +125,7 @@ export const statementClientMarginMs = 1_500;
 export function loadConfig(env: Env = process.env): Config {
   const config = readConfig(env);
   // A run stuck on a statement must see its error before its lease runs out, so that it stops
-  // before another replica takes the disable over (docs: README "Durable disables").
+  // before another replica takes the disable over (docs/interfaces.md §9).
   const statementLimitMs = config.databaseStatementTimeoutMs + statementClientMarginMs;
   if (statementLimitMs >= config.worker.leaseMs) {
     throw new ConfigError(

@@ -5,7 +5,7 @@ import { DependencyError } from './stores/dependency-error.js';
 /**
  * RFC 9457 problem details. Every error the service answers is one of these types; `type` is a
  * stable URN partners can match on, `detail` says what to fix, `requestId` ties it to our logs.
- * A disable that committed its flag adds how far it got (CONTRACT.md section 7).
+ * A disable that committed its flag adds how far it got (docs/interfaces.md §7).
  */
 export interface Problem {
   type: string;

@@ -4,7 +4,7 @@ import type { Metrics } from './observability/metrics.js';
 const pingTimeoutMs = 1_000;
 
 /**
- * Readiness (CONTRACT.md section 3): keys loaded, the database answering, and not draining.
+ * Readiness (docs/interfaces.md §3): keys loaded, the database answering, and not draining.
  * The database is asked through a pool of its own, so a pool saturated by partner traffic is busy,
  * not down: the replica stays ready while PostgreSQL answers, and load never turns every replica
  * unready at once. Concurrent probes share one ping.

@@ -28,7 +28,7 @@ function outcomeOf(end: RunEnd): AttemptOutcome {
 }
 
 /**
- * The convergence worker of CONTRACT.md section 9, one per replica. Every poll (with jitter, so
+ * The convergence worker of docs/interfaces.md §9, one per replica. Every poll (with jitter, so
  * replicas do not poll in step) it reads the pending-disable figures for the metrics and claims
  * due rows up to its free capacity, with FOR UPDATE SKIP LOCKED and a lease. A claimed row is run
  * by the same pipeline as a request, to the end or to its next failure, which releases it with a

@@ -3,7 +3,7 @@ import type { AgentRepository, Lease } from '../stores/database.js';
 import { DependencyError } from '../stores/dependency-error.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
 
-/** The spend-management API takes 1 to 100 ids a call (README, "Spend management"). */
+/** The spend-management API takes 1 to 100 ids a call (docs/interfaces.md §6). */
 export const maxBatchSize = 100;
 
 /** The stores a run pauses campaigns in, each behind its breaker; both resolve with what they confirmed. */

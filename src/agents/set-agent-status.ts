@@ -13,7 +13,7 @@ export class AgentNotInNetwork extends Error {
   }
 }
 
-/** The network already has its allowance of disables running in this replica (CONTRACT.md section 10). */
+/** The network already has its allowance of disables running in this replica (docs/interfaces.md §10). */
 export class TooManyDisables extends Error {
   override readonly name = 'TooManyDisables';
   constructor(readonly limit: number) {
@@ -33,7 +33,7 @@ export class DisableIncomplete extends Error {
   }
 }
 
-/** An enable answered after this disable was requested: its pausing stopped (CONTRACT.md section 9). */
+/** An enable answered after this disable was requested: its pausing stopped (docs/interfaces.md §9). */
 export class DisableSuperseded extends Error {
   override readonly name = 'DisableSuperseded';
   constructor(readonly pausedCampaignCount: number) {
@@ -75,7 +75,7 @@ const tracer = trace.getTracer('partner-agent-status');
 
 /**
  * Enables or disables one agent of the partner's network (specification sections 3 and 4;
- * CONTRACT.md sections 7, 9 and 10).
+ * docs/interfaces.md §7, §9 and §10).
  *
  * Nothing here waits on anything before the statement that checks the network: a request of
  * another network never joins, waits for or counts against this network's runs, so neither its

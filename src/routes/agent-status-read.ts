@@ -24,7 +24,7 @@ export interface AgentStatusReadRouteDeps {
   guard: onRequestAsyncHookHandler[];
 }
 
-/** GET /partner/agents/{agentId}/status (CONTRACT.md section 9): reads, never changes anything. */
+/** GET /partner/agents/{agentId}/status (docs/interfaces.md §9): reads, never changes anything. */
 export const agentStatusReadRoute: FastifyPluginAsyncTypebox<AgentStatusReadRouteDeps> = async (app, { agentStatus, guard }) => {
   app.get(
     '/partner/agents/:agentId/status',

@@ -26,7 +26,7 @@ export const rateLimitHeaders = {
   },
 };
 
-/** The statuses every partner route shares beyond its own: the limits of CONTRACT.md section 10. */
+/** The statuses every partner route shares beyond its own: the limits of docs/interfaces.md §10. */
 export const limitResponses = {
   429: problemResponse(
     429,

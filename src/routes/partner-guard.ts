@@ -17,7 +17,7 @@ export interface GuardSettings {
 }
 
 /**
- * What runs before any partner route does anything (CONTRACT.md sections 3 and 10), in this order:
+ * What runs before any partner route does anything (docs/interfaces.md §3 and §10), in this order:
  * 1. authentication: the key from `x-api-key` only, looked up by digest, never stored, logged or
  *    echoed; a missing or unknown key is answered 401 from the hook itself (no exception: a flood
  *    of bad keys must stay cheap) and never reaches the rate limit, so it spends no budget;
@@ -94,7 +94,7 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
     const fields = { 'ratelimit-policy': policy, ratelimit: `"partner";r=${result.remaining};t=${result.ttlInSeconds}` };
     if (!result.isExceeded) {
       // Shown on successful answers only: the quota left changes from one request to the next, and
-      // a 404 must stay byte-for-byte the same whichever agent it is about (CONTRACT.md section 3).
+      // a 404 must stay byte-for-byte the same whichever agent it is about (docs/interfaces.md §3).
       limitFields.set(request, fields);
       return;
     }

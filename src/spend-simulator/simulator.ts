@@ -2,7 +2,7 @@ import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify from 'fastify';
 
 /**
- * A stand-in for the spend-management API (CONTRACT.md section 6) for npm run dev, the e2e suite,
+ * A stand-in for the spend-management API (docs/interfaces.md §6) for npm run dev, the e2e suite,
  * the dev cluster and the tests. It pauses what it is asked to, remembers it, and can be switched
  * to fail, hang or answer slowly through its control routes under /_simulator.
  */

@@ -2,7 +2,7 @@ import { Redis, type Result } from 'ioredis';
 import type { Metrics } from '../observability/metrics.js';
 import { DependencyError, redisFailure, timedCall } from './dependency-error.js';
 
-/** The key-value store's view of campaigns (CONTRACT.md section 5: hash `campaign:<id>`). */
+/** The key-value store's view of campaigns (docs/interfaces.md §5: hash `campaign:<id>`). */
 export interface CampaignStateStore {
   /**
    * Sets `paused` = `1` on every campaign's hash (creating it when absent), in one round trip.

@@ -30,7 +30,7 @@ export interface ClaimedDisable {
 }
 
 /**
- * The pending-disables queue (docs in README "Consistency on failure, and durable disables") and
+ * The pending-disables queue (docs/interfaces.md §9) and
  * its lease. One row per agent whose accepted disable is not finished. A claim is the pair
  * (claim_token, next_attempt_at): every way to take a disable (the request's own statement, a
  * take-over, the worker's claim) writes a new token and a lease; every write of the run is fenced

@@ -24,7 +24,7 @@ export interface SpendManagementOptions {
 }
 
 /**
- * The spend-management API (CONTRACT.md section 6) over undici's `request` (the HTTP client of
+ * The spend-management API (docs/interfaces.md §6) over undici's `request` (the HTTP client of
  * Node's own fetch, without the web streams: 0.24 ms of CPU a call of 100 ids against 0.56 for
  * fetch and 0.74 for got, measured on Node 24), on connections kept alive. One attempt per call,
  * bounded by one time-out over the whole exchange, the answer's body included: a retry inside the

@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { startTestService, type TestService } from '../support/service.js';
 
-// The audit trail, the pending disable row and the read-only status endpoint (CONTRACT.md section 9).
+// The audit trail, the pending disable row and the read-only status endpoint (docs/interfaces.md §9).
 
 const db = testDatabase();
 let svc: TestService;

@@ -1,7 +1,7 @@
 // Chaos: three built replicas under partner load while faults come and go at random (SIGKILL,
 // SIGTERM, a Redis cut, a black-holed database connection, rows held by platform transactions,
 // spend management failing, hanging or slow, Redis read-only), for a bounded time; then everything
-// heals and the invariants of docs (README "Consistency on failure, and durable disables") must hold:
+// heals and the invariants of docs/interfaces.md §7 and §9 must hold:
 // - paused in the database implies paused in spend management and Redis;
 // - every disabled agent converges within 60 s of healing, with no request;
 // - no pause call starts after an enable answered (unless a later disable was recorded);

@@ -1,4 +1,4 @@
-// The faults production databases and caches really have (docs: README "Durable disables"), each
+// The faults production databases and caches really have (docs/interfaces.md §9), each
 // reproduced against the real PostgreSQL, Redis and the simulator: a second client holding row
 // locks, a proxy that black-holes one connection, a Redis cut while a superseded batch is in
 // flight, a campaign moved mid-batch, and more batches than spend-management slots.

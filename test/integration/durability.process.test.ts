@@ -7,7 +7,7 @@ import { newApiKey, testDatabase } from '../support/data.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 
-// CONTRACT.md sections 7 and 9 at the level of whole processes: the built service (as `npm start`
+// docs/interfaces.md §7 and §9 at the level of whole processes: the built service (as `npm start`
 // runs it) killed, drained and run twice over one database, against the real PostgreSQL and Redis
 // and the spend-management simulator running in this test process.
 const db = testDatabase();
@@ -92,7 +92,7 @@ async function pausedInRedis(ids: readonly string[]): Promise<Set<string>> {
 }
 
 /**
- * The three stores' view of the agent's campaigns, after checking CONTRACT.md section 7's
+ * The three stores' view of the agent's campaigns, after checking docs/interfaces.md §7's
  * invariant: a campaign paused in the database is paused in Redis and in spend management.
  */
 async function storesAgree(agentId: string, ids: readonly string[]) {

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { startTestService, type TestService } from '../support/service.js';
 
-// CONTRACT.md sections 7 and 9, in-process against the run's PostgreSQL and Redis: per-campaign
+// docs/interfaces.md §7 and §9, in-process against the run's PostgreSQL and Redis: per-campaign
 // answers, the worker, backoff, the pipeline's invariant and breakers that fail fast. Killed and
 // drained processes are tested with the built service in durability.process.test.ts.
 
@@ -46,7 +46,7 @@ async function pendingRow(agentId: string) {
   return rows[0] as { attempts: number; last_error: string | null; claim_token: string | null; due: boolean } | undefined;
 }
 
-/** CONTRACT.md section 7: paused in the database implies paused in spend management and Redis. */
+/** docs/interfaces.md §7: paused in the database implies paused in spend management and Redis. */
 async function expectPausedInDatabaseImpliesEverywhere(service: TestService, agentId: string) {
   const inDatabase = [...(await db.pausedIds(agentId))];
   expect(inDatabase.every((id) => service.simulator.simulator.isPaused(id))).toBe(true);

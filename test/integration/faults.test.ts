@@ -41,7 +41,7 @@ const disable = (agentId: string) =>
     payload: { agentId, enabled: false },
   });
 
-/** CONTRACT.md section 7: paused in the database implies paused in spend management and Redis. */
+/** docs/interfaces.md §7: paused in the database implies paused in spend management and Redis. */
 async function expectPausedInDatabaseImpliesEverywhere(agentId: string) {
   const inDatabase = [...(await db.pausedIds(agentId))];
   expect(inDatabase.every((id) => svc.simulator.simulator.isPaused(id))).toBe(true);

@@ -4,7 +4,7 @@ import { newApiKey, testDatabase } from '../support/data.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 
-// CONTRACT.md section 10 with two built service processes, as two replicas behind one ingress:
+// docs/interfaces.md §10 with two built service processes, as two replicas behind one ingress:
 // the rate limit is counted in Redis, so they enforce one limit together.
 const db = testDatabase();
 const key = newApiKey();

@@ -6,7 +6,7 @@ import { newApiKey, testDatabase } from '../support/data.js';
 import { type PartnerKeyRecord, startTestService, type TestService } from '../support/service.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 
-// Partner limits (CONTRACT.md section 10, issue 11): the per-network rate limit across replicas,
+// Partner limits (docs/interfaces.md §10, issue 11): the per-network rate limit across replicas,
 // the cap on disables in flight, no waiting behind another network, readiness under a saturated
 // pool, load shedding, and 405s as problem+json.
 

@@ -82,3 +82,59 @@ describe('npm run migrate', () => {
     expect(await schemaSnapshot()).toEqual(first);
   });
 });
+
+describe('migrations on a live database', () => {
+  it('accepts the released checksums of files revised since (a database migrated before they changed)', async () => {
+    const client = new pg.Client({ connectionString: databaseUrl });
+    await client.connect();
+    try {
+      // As a database migrated by the first releases of 001-004 records them.
+      const released: Record<number, string> = {
+        1: '53a4d6701bfc0b6d0b45f51572ae2042',
+        2: '199760d7b88d27eeef84b26193ea7584',
+        3: '9c955bc10468284a73712f108346f474',
+        4: '4262440d51c83ebf8268c5cd1a8c10ea',
+      };
+      for (const [version, md5] of Object.entries(released)) {
+        await client.query('UPDATE partner_agent_status_schema_version SET md5 = $1 WHERE version = $2', [md5, Number(version)]);
+      }
+      expect(await migrateCommand()).toMatch(/^schema up to date at version \d+$/);
+      const { rows } = await client.query('SELECT md5 FROM partner_agent_status_schema_version WHERE version = 1');
+      expect(rows[0].md5).not.toBe(released[1]);
+      // Any other checksum is still refused.
+      await client.query("UPDATE partner_agent_status_schema_version SET md5 = 'f00' WHERE version = 2");
+      await expect(migrateCommand()).rejects.toThrow(/checksum/i);
+      await client.query('UPDATE partner_agent_status_schema_version SET md5 = $1 WHERE version = 2', [released[2]]);
+      expect(await migrateCommand()).toMatch(/^schema up to date/);
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('waits at most its lock_timeout behind a platform transaction, fails, and succeeds once it ends, leaving no invalid index', async () => {
+    const { migrate } = await import('../../src/db/migrate.js');
+    const client = new pg.Client({ connectionString: databaseUrl });
+    await client.connect();
+    try {
+      // Undo the last index migration, then hold a write on campaigns open, as the platform would.
+      await client.query('DROP INDEX campaigns_agent_unpaused_idx');
+      await client.query('DELETE FROM partner_agent_status_schema_version WHERE version >= 7');
+      await client.query('BEGIN');
+      await client.query("INSERT INTO networks (network_id) VALUES ('00000000-0000-4000-8000-000000000001') ON CONFLICT DO NOTHING");
+      await client.query('LOCK TABLE campaigns IN ROW EXCLUSIVE MODE');
+      const started = Date.now();
+      await expect(migrate(databaseUrl, { lockTimeoutMs: 300, attempts: 1 })).rejects.toMatchObject({ code: '55P03' });
+      expect(Date.now() - started).toBeLessThan(5_000);
+      await client.query('COMMIT');
+      const outcome = await migrate(databaseUrl, { lockTimeoutMs: 300, attempts: 3, retryDelayMs: 100 });
+      expect(outcome.applied).toEqual(['007.do.sql', '008.do.sql']);
+      const invalid = await client.query('SELECT count(*)::int AS n FROM pg_index WHERE NOT indisvalid');
+      expect(invalid.rows[0].n).toBe(0);
+      const index = await client.query("SELECT 1 FROM pg_indexes WHERE indexname = 'campaigns_agent_unpaused_idx'");
+      expect(index.rowCount).toBe(1);
+    } finally {
+      await client.query('ROLLBACK').catch(() => undefined);
+      await client.end();
+    }
+  });
+});

@@ -5,7 +5,7 @@ import { newApiKey, testDatabase } from '../support/data.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 /**
- * SPEND_MANAGEMENT_TOKEN is sent as `authorization: Bearer …` (CONTRACT.md section 6). The
+ * SPEND_MANAGEMENT_TOKEN is sent as `authorization: Bearer …` (docs/interfaces.md §6). The
  * simulator here demands its token and answers 401 without it, so a disable that pauses anything
  * proves the header went out; a service holding another token gets a 500. The tokens are made at
  * run time and must never reach a log line or a metric.

@@ -1,4 +1,4 @@
--- The platform's tables as the interface fixes them (docs: README "Data stores"). Created only
+-- The platform's tables as the interface fixes them (docs/interfaces.md §5). Created only
 -- when absent: in production the platform may own them already, and other columns are allowed.
 -- Their indexes are built CONCURRENTLY by migrations 007 and 008, so that a live table is never
 -- blocked for writes; a lock this file cannot take within 3 s fails it (it is repeated whole).

@@ -1,9 +1,9 @@
--- Durable disables and the audit trail (CONTRACT.md section 9). Runs against the platform's live
+-- Durable disables and the audit trail (docs/interfaces.md §9). Runs against the platform's live
 -- database: new tables only, and a short lock_timeout so that nothing here ever waits in the lock
 -- queue of a busy table (a failed run is simply repeated; every statement is idempotent).
 SET LOCAL lock_timeout = '3s';
 
--- One row per agent whose accepted disable is not finished yet. Besides the contract's columns:
+-- One row per agent whose accepted disable is not finished yet. Besides the columns of docs/interfaces.md §9:
 -- claim_token fences every write of the run that holds the claim, lease_owner names the replica
 -- (for SREs), trace_parent links the worker's spans to the request that asked for the disable.
 -- next_attempt_at is both the retry time and the lease expiry: a claimed row is not due until

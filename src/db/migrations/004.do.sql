@@ -1,4 +1,4 @@
--- The restriction, closed (CONTRACT.md section 5). While an agent is not approved in a network
+-- The restriction, closed (docs/interfaces.md §5). While an agent is not approved in a network
 -- with require_agent_approval, no campaign of it may come to exist or start running: inserted,
 -- moved to the agent, unpaused, or re-activated while unpaused.
 --
