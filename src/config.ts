@@ -190,7 +190,9 @@ function readConfig(env: Env): Config {
       overloadMaxEventLoopDelayMs: integer(env, 'OVERLOAD_MAX_EVENT_LOOP_DELAY_MS', 200, 10, 60_000),
     },
     pipeline: {
-      batchesInFlight: integer(env, 'DISABLE_BATCHES_IN_FLIGHT', 4, 1, 64),
+      // A disable alone in the replica may use every spend-management slot (the scheduler shares
+      // them fairly as soon as others wait).
+      batchesInFlight: integer(env, 'DISABLE_BATCHES_IN_FLIGHT', 16, 1, 64),
       spendManagementMaxConcurrency: integer(env, 'SPEND_MANAGEMENT_MAX_CONCURRENCY', 16, 1, 1_000),
     },
     worker: {

@@ -1,10 +1,10 @@
 import { hostname } from 'node:os';
 import { Redis } from 'ioredis';
-import pLimit from 'p-limit';
 import type { Logger } from 'pino';
 import { createConvergenceWorker } from './agents/convergence-worker.js';
 import { DisableRunner, maxBatchSize } from './agents/disable-runs.js';
 import { createAgentStatusUseCase } from './agents/set-agent-status.js';
+import { SpendScheduler } from './agents/spend-scheduler.js';
 import { buildApp } from './app.js';
 import { createKeySource } from './auth/configured-key-source.js';
 import { PartnerKeyStore } from './auth/partner-keys.js';
@@ -132,14 +132,16 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     ),
     ({ breaker }) => breaker.shutdown(),
   );
-  // One bound on spend-management calls in flight for the whole replica, requests and worker.
-  const spendCapacity = pLimit(config.pipeline.spendManagementMaxConcurrency);
+  // One bound on spend-management calls in flight for the whole replica, requests and worker,
+  // shared fairly between networks (the worker's calls take what requests leave free).
+  const spendCapacity = new SpendScheduler(config.pipeline.spendManagementMaxConcurrency, maxQueuedCallsPerNetwork);
 
   const runner = new DisableRunner(
     {
       // The claim is checked inside the slot: a batch that waited for capacity while an enable
       // answered, or while another replica took the disable over, is never sent.
-      pauseSpending: (ids, mayStart) => spendCapacity(async () => ((await mayStart()) ? spendBreaker.fire(ids) : undefined)),
+      pauseSpending: (ids, mayStart, owner) =>
+        spendCapacity.run(owner, async () => ((await mayStart()) ? spendBreaker.fire(ids) : undefined)),
       markPausedInStore: (ids) => redisBreaker.fire(ids),
     },
     {
@@ -230,6 +232,13 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 }
 
 export type Service = Awaited<ReturnType<typeof createService>>;
+
+/**
+ * Calls of one network waiting for a spend-management slot, at most: far above what its runs can
+ * queue (DISABLES_IN_FLIGHT_PER_NETWORK runs of DISABLE_BATCHES_IN_FLIGHT batches each, with the
+ * defaults 8 × 16), so it only stops a run-away.
+ */
+const maxQueuedCallsPerNetwork = 4_096;
 
 async function connectRateLimitRedis(config: Config, resources: Resources): Promise<Redis> {
   const client = resources.own(

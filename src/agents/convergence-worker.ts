@@ -68,6 +68,7 @@ export function createConvergenceWorker(deps: {
             // A pending row may be there before its flag: a request that met a locked agent row.
             flagged: false,
             stopAt: Number.POSITIVE_INFINITY,
+            background: true,
           });
           const outcome = outcomeOf(end);
           metrics.workerAttempts.inc({ outcome });

@@ -2,6 +2,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { AgentRepository, Lease } from '../stores/database.js';
 import { DependencyError } from '../stores/dependency-error.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
+import type { CallOwner } from './spend-scheduler.js';
 
 /** The spend-management API takes 1 to 100 ids a call (docs/interfaces.md §6). */
 export const maxBatchSize = 100;
@@ -12,7 +13,11 @@ export interface PausePorts {
    * Waits for a spend-management slot, then asks `mayStart` (the claim check) inside it, and only
    * when that says yes sends the call. undefined: the call was not sent.
    */
-  pauseSpending: (campaignIds: readonly string[], mayStart: () => Promise<boolean>) => Promise<{ confirmed: string[] } | undefined>;
+  pauseSpending: (
+    campaignIds: readonly string[],
+    mayStart: () => Promise<boolean>,
+    owner: CallOwner,
+  ) => Promise<{ confirmed: string[] } | undefined>;
   markPausedInStore: (campaignIds: readonly string[]) => Promise<{ confirmed: string[] }>;
 }
 
@@ -70,6 +75,8 @@ export interface RunRequest {
   firstBatch?: string[];
   /** Epoch ms by which the run stops starting batches (the request's deadline). */
   stopAt: number;
+  /** The worker's run: its calls take only the capacity requests leave free. */
+  background?: boolean;
   /** Called with each batch's count as it is moved, so that a request answering early knows its count. */
   onPaused?: (moved: number) => void;
   /** Called once agent_approved = false is committed by the run (it was not by the request). */
@@ -92,13 +99,15 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * 1. The flag: agent_approved = false is committed before any campaign is read for pausing. When
  *    the request's own statement could not set it (another transaction held the agent row), the
  *    run sets it first, fenced by its claim, as soon as the row is free.
- * 2. Batches are read ahead (up to `batchesInFlight`), then each waits for a spend-management slot;
- *    inside the slot, right before the call, the claim is checked and the lease renewed in one
- *    statement. A batch whose claim is gone (an enable answered, or another replica took over) or
- *    whose stop time has come is not sent.
+ * 2. Batches are read ahead (up to `batchesInFlight`), then each waits for a spend-management slot
+ *    (the replica's fair scheduler, src/agents/spend-scheduler.ts); inside the slot, right before
+ *    the call, the claim is checked and the lease renewed in one statement. A batch whose claim is
+ *    gone (an enable answered, or another replica took over) or whose stop time has come is not
+ *    sent.
  * 3. Per batch the order is spend management, then Redis, then the database (the commit point), so
  *    a campaign paused in the database is paused everywhere at every moment. The database statement
- *    renews the lease too: only progress keeps a claim.
+ *    (one in flight per run, marking every batch confirmed meanwhile) renews the lease too: only
+ *    progress keeps a claim.
  * 4. A batch spend management confirmed is completed in Redis and the database even when the run
  *    lost its claim meanwhile: what a lost run could not settle is retried here in the background
  *    until the three stores agree (a run that keeps its claim leaves it to its next attempt).
@@ -209,14 +218,10 @@ export class DisableRunner {
       }
     }
 
-    // 2. The claim check, inside the spend-management slot.
-    const mayStart = async (): Promise<boolean> => {
-      if (lostClaim || failure) return false;
-      const stop = this.stopReason(request.stopAt);
-      if (stop) {
-        stopped ??= stop;
-        return false;
-      }
+    // 2. The claim check, inside the spend-management slot. Calls that get their slots while a
+    // check is under way wait for the next one, started after they asked: every call is covered by
+    // a check begun once its slot was granted, and one run never has more than one check in flight.
+    const renewOnce = async (): Promise<boolean> => {
       const sentAt = Date.now();
       let held: boolean;
       try {
@@ -233,9 +238,75 @@ export class DisableRunner {
       }
       return held;
     };
+    let checking: Promise<boolean> | undefined;
+    let nextCheck: Promise<boolean> | undefined;
+    const check = (): Promise<boolean> => {
+      if (!checking) {
+        checking = renewOnce().finally(() => {
+          checking = undefined;
+        });
+        return checking;
+      }
+      nextCheck ??= checking.then(() => {
+        nextCheck = undefined;
+        return check();
+      });
+      return nextCheck;
+    };
+    const mayStart = async (): Promise<boolean> => {
+      if (lostClaim || failure) return false;
+      const stop = this.stopReason(request.stopAt);
+      if (stop) {
+        stopped ??= stop;
+        return false;
+      }
+      return (await check()) && !lostClaim && !failure;
+    };
+
+    // 3. The database marks, one statement in flight per run: batches confirmed meanwhile are
+    // marked together by the next one (fewer statements and connections for a big disable).
+    type MarkWaiter = {
+      ids: string[];
+      finish: boolean;
+      resolve: (result: { skipped: string[]; finished: boolean }) => void;
+      reject: (error: unknown) => void;
+    };
+    const marks: MarkWaiter[] = [];
+    let marking = false;
+    const flushMarks = async (): Promise<void> => {
+      if (marking || marks.length === 0) return;
+      marking = true;
+      const group = marks.splice(0);
+      try {
+        const ids = group.flatMap((waiter) => waiter.ids);
+        // The finishing statement deletes the row only when nothing else is left, whoever asked.
+        const marked = await agents.markPaused(
+          agentId,
+          ids,
+          lease,
+          group.some((waiter) => waiter.finish),
+        );
+        this.count(partnerName, marked.moved, request);
+        paused += marked.moved;
+        if (marked.finished) finishedByMark = true;
+        const skipped = new Set(marked.skipped);
+        for (const waiter of group) waiter.resolve({ skipped: waiter.ids.filter((id) => skipped.has(id)), finished: marked.finished });
+      } catch (error) {
+        for (const waiter of group) waiter.reject(error);
+      } finally {
+        marking = false;
+        void flushMarks();
+      }
+    };
+    const markPaused = (ids: string[], finish: boolean) =>
+      new Promise<{ skipped: string[]; finished: boolean }>((resolve, reject) => {
+        marks.push({ ids, finish, resolve, reject });
+        void flushMarks();
+      });
+    const owner: CallOwner = { networkId: request.networkId, agentId, background: request.background === true };
 
     const processBatch = async (ids: string[], last: boolean) => {
-      const spend = await this.ports.pauseSpending(ids, mayStart);
+      const spend = await this.ports.pauseSpending(ids, mayStart, owner);
       if (!spend) return; // not sent
       if (spend.confirmed.length < ids.length) notConfirmedBy('spend_management', ids.length - spend.confirmed.length);
       if (spend.confirmed.length === 0) return;
@@ -245,12 +316,9 @@ export class DisableRunner {
       if (stored.confirmed.length === 0) return;
       // The batch read as the run's last, all confirmed: its statement may finish the run too.
       const finish = last && !notConfirmed && stored.confirmed.length === ids.length;
-      const marked = await agents.markPaused(agentId, stored.confirmed, lease, finish);
+      const marked = await markPaused(stored.confirmed, finish);
       for (const id of stored.confirmed) if (!marked.skipped.includes(id)) unsettled.delete(id);
       if (marked.skipped.length > 0) notConfirmedBy('postgres', marked.skipped.length);
-      this.count(partnerName, marked.moved, request);
-      paused += marked.moved; // not `paused += await …`: that would read `paused` before other batches add to it
-      if (marked.finished) finishedByMark = true;
     };
 
     const inFlight = new Set<Promise<void>>();

@@ -31,6 +31,8 @@ export interface Partner {
 /** One disable of the latency phase: its time and the calls it made to each store. */
 export interface DisableRun {
   campaigns: number;
+  /** The simulator's answer time for this run (0: it answers at once). */
+  spendDelayMs?: number;
   ms: number;
   postgres: number;
   redis: number;
@@ -53,6 +55,8 @@ export interface Results {
   concurrent: (LoadFigure & { agents: number; campaignsPerAgent: number; spendManagementCalls: number }) | undefined;
   processes: Record<string, ProcessFigures>;
   exported: { exports: number; bytes: number };
+  /** Network B's disable alone and beside network A's load (the fairness figure). */
+  fairness?: { aloneMs: number; besideLoadMs: number; spendDelayMs: number; campaigns: number; loadAgents: number; loadCampaigns: number };
 }
 
 /** A service process started the way `npm start` starts it. */

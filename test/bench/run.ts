@@ -18,11 +18,12 @@ import { join } from 'node:path';
 import { cleanUp, createContext, phase, type Service, startService, stop } from './context.js';
 import { isSelected, type Phase, parseOptions } from './options.js';
 import { disablesUnderLoad } from './phases/concurrent.js';
-import { disableLatency } from './phases/disable-latency.js';
+import { disableAcrossNetwork, disableLatency } from './phases/disable-latency.js';
 import { enablePhase } from './phases/enable.js';
+import { fairness } from './phases/fairness.js';
 import { databaseFloors, floor } from './phases/floors.js';
 import { overTheLimit } from './phases/rate-limited.js';
-import { tracedEnable } from './phases/tracing.js';
+import { sampledEnable, tracedEnable } from './phases/tracing.js';
 import { unknownKeys } from './phases/unauthorized.js';
 import { memoryOf, root } from './processes.js';
 import { renderTable, verdictOf, writeResults } from './report.js';
@@ -62,12 +63,19 @@ await phase(ctx, 'service (tracing off)', async () => {
 if (selected('floors')) await databaseFloors(ctx);
 const up = service;
 if (up && selected('enable')) await enablePhase(ctx, up);
-if (selected('tracing')) await phase(ctx, 'service (tracing on)', () => tracedEnable(ctx));
+if (selected('tracing')) {
+  await phase(ctx, 'service (tracing on)', () => tracedEnable(ctx));
+  await phase(ctx, 'service (tracing 10 %)', () => sampledEnable(ctx));
+}
 if (selected('401') || selected('429')) await floor(ctx, 'bare', 'floor: bare Fastify route');
 if (up && selected('401')) await phase(ctx, '401 path', () => unknownKeys(ctx, up));
 if (selected('429')) await phase(ctx, '429 path', () => overTheLimit(ctx));
 if (up) {
-  if (selected('disables')) await phase(ctx, 'disable latency', () => disableLatency(ctx, up));
+  if (selected('disables')) {
+    await phase(ctx, 'disable latency', () => disableLatency(ctx, up));
+    await phase(ctx, 'disable latency, spend management at 25 ms', () => disableAcrossNetwork(ctx, up));
+  }
+  if (selected('fairness')) await phase(ctx, 'fairness', () => fairness(ctx, up));
   if (selected('concurrent')) await phase(ctx, 'disables under load', () => disablesUnderLoad(ctx, up));
   await stopMainService(up);
 }
@@ -88,6 +96,7 @@ const written = writeResults(join(root, 'test/bench/results'), quick || only !==
   loads: results.loads,
   disables: results.disables,
   concurrentDisables: results.concurrent,
+  fairness: results.fairness,
   processes: results.processes,
   tracingExport: results.exported,
   failures: results.failures,

@@ -43,12 +43,13 @@ async function pausedInRedis(ctx: BenchContext, redisPrefix: string, ids: readon
   return answers.filter(([, value]) => value === '1').length;
 }
 
-async function disableOnce(ctx: BenchContext, service: Service, campaigns: number): Promise<DisableRun> {
+async function disableOnce(ctx: BenchContext, service: Service, campaigns: number, spendDelayMs = 0): Promise<DisableRun> {
   const { db, main, simulator } = ctx;
   const agentId = (await seedAgents(ctx, [main], 1, 0))[0]!;
   const ids = await insertCampaigns(db, agentId, campaigns);
   await db.query('ANALYZE campaigns');
   await resetSimulator(ctx);
+  if (spendDelayMs > 0) simulator.simulator.setMode('slow', { delayMs: spendDelayMs });
   const before = await dependencyCalls(service.metricsUrl);
   const started = performance.now();
   const response = await fetch(service.statusUrl, {
@@ -70,7 +71,15 @@ async function disableOnce(ctx: BenchContext, service: Service, campaigns: numbe
       `disable of ${campaigns} campaigns: ${left} left unpaused in PostgreSQL, ${inRedis} paused in Redis, ${inSpend} in spend management`,
     );
   }
-  return { campaigns, ms, postgres: calls.postgres, redis: calls.redis, spendManagement, byOperation: calls.byOperation };
+  return {
+    campaigns,
+    ...(spendDelayMs > 0 ? { spendDelayMs } : {}),
+    ms,
+    postgres: calls.postgres,
+    redis: calls.redis,
+    spendManagement,
+    byOperation: calls.byOperation,
+  };
 }
 
 export async function disableLatency(ctx: BenchContext, service: Service): Promise<void> {
@@ -88,5 +97,29 @@ export async function disableLatency(ctx: BenchContext, service: Service): Promi
     console.log(
       `    ${campaigns}: ${median.ms} ms; round trips: PostgreSQL ${median.postgres}, Redis ${median.redis}, spend management ${median.spendManagement}`,
     );
+  }
+}
+
+/**
+ * The big disable against a spend management that answers across a network (`--only=disables`):
+ * the simulator answers each call after `spendDelayMs`, as a real one does, so the figure shows how
+ * many calls one disable keeps in flight.
+ */
+export async function disableAcrossNetwork(ctx: BenchContext, service: Service): Promise<void> {
+  const { plan, quick } = ctx.options;
+  const campaigns = quick ? 1_000 : 10_000;
+  const spendDelayMs = 25;
+  console.log(`  disable of ${campaigns} campaigns, spend management answering in ${spendDelayMs} ms:`);
+  try {
+    await disableOnce(ctx, service, campaigns, spendDelayMs); // warm-up
+    const runs: DisableRun[] = [];
+    for (let run = 0; run < (quick ? 1 : 3); run++) runs.push(await disableOnce(ctx, service, campaigns, spendDelayMs));
+    const median = runs.sort((a, b) => a.ms - b.ms)[Math.floor(runs.length / 2)]!;
+    ctx.results.disables.push(median);
+    console.log(
+      `    ${campaigns}: ${median.ms} ms; round trips: PostgreSQL ${median.postgres}, Redis ${median.redis}, spend management ${median.spendManagement} (runs ${plan.runs > 1 ? 3 : 1})`,
+    );
+  } finally {
+    ctx.simulator.simulator.setMode('ok');
   }
 }

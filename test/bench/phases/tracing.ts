@@ -5,6 +5,25 @@ import { phase, startService, stop } from '../context.js';
 import { memoryOf } from '../processes.js';
 import { checkRateLimitIsOn, measureEnable } from './enable.js';
 
+/**
+ * The enable at the chart's default sampling (`--only=tracing`): 10 % of new traces sampled, every
+ * instrumentation loaded, exporting to the sink.
+ */
+export async function sampledEnable(ctx: BenchContext): Promise<void> {
+  const service = await startService(ctx, 'sampled', {
+    OTEL_SDK_DISABLED: 'false',
+    OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+    OTEL_TRACES_SAMPLER_ARG: '0.1',
+    OTEL_EXPORTER_OTLP_ENDPOINT: ctx.sink.endpoint,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+  });
+  await phase(ctx, 'enable, tracing 10 %', async () => {
+    await checkRateLimitIsOn(ctx, service.statusUrl);
+    await measureEnable(ctx, 'enable, tracing 10 %', service.statusUrl);
+  });
+  await stop(ctx, service);
+}
+
 export async function tracedEnable(ctx: BenchContext): Promise<void> {
   const { results, sink } = ctx;
   const service = await startService(ctx, 'traced', {

@@ -1,0 +1,50 @@
+// Fairness (`--only=fairness`): network B's disable of one agent alone, and again 300 ms after
+// network A started disabling 8 agents of 2,000 campaigns each, against a spend management that
+// answers in 100 ms. B's batches fit in its fair share of the replica's slots, so only the wait for
+// a slot should separate the two figures (docs/interfaces.md §10).
+import type { BenchContext, Service } from '../context.js';
+import { activeUnpaused, resetSimulator, seedAgents } from '../context.js';
+
+const spendDelayMs = 100;
+
+async function disable(ctx: BenchContext, service: Service, key: string, agentId: string, expected: number): Promise<number> {
+  const started = performance.now();
+  const response = await fetch(service.statusUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': key },
+    body: JSON.stringify({ agentId, enabled: false }),
+  });
+  const body = (await response.json()) as { pausedCampaignCount?: number };
+  const ms = Math.round((performance.now() - started) * 10) / 10;
+  if (response.status !== 200 || body.pausedCampaignCount !== expected) {
+    throw new Error(`disable answered ${response.status} with pausedCampaignCount ${body.pausedCampaignCount} (expected ${expected})`);
+  }
+  return ms;
+}
+
+export async function fairness(ctx: BenchContext, service: Service): Promise<void> {
+  const { quick } = ctx.options;
+  const [a, b] = [ctx.disablers[1]!, ctx.disablers[2]!];
+  const campaigns = 400;
+  const loadAgents = 8;
+  const loadCampaigns = quick ? 500 : 2_000;
+  const [bAlone, bBeside] = await seedAgents(ctx, [b], 2, campaigns);
+  const aAgents = await seedAgents(ctx, [a], loadAgents, loadCampaigns);
+  await resetSimulator(ctx);
+  ctx.simulator.simulator.setMode('slow', { delayMs: spendDelayMs });
+  try {
+    const aloneMs = await disable(ctx, service, b.key, bAlone!, campaigns);
+    const load = aAgents.map((agentId) => disable(ctx, service, a.key, agentId, loadCampaigns));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const besideLoadMs = await disable(ctx, service, b.key, bBeside!, campaigns);
+    await Promise.all(load);
+    const left = await activeUnpaused(ctx, [bAlone!, bBeside!, ...aAgents]);
+    if (left !== 0) throw new Error(`${left} campaigns left unpaused`);
+    ctx.results.fairness = { aloneMs, besideLoadMs, spendDelayMs, campaigns, loadAgents, loadCampaigns };
+    console.log(
+      `  fairness: B's disable of ${campaigns} alone ${aloneMs} ms, beside A's ${loadAgents} × ${loadCampaigns} ${besideLoadMs} ms (${(besideLoadMs / aloneMs).toFixed(2)}x)`,
+    );
+  } finally {
+    ctx.simulator.simulator.setMode('ok');
+  }
+}
