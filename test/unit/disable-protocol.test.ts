@@ -1,0 +1,137 @@
+// The disable protocol's decisions, with the statements over in-memory maps (no database, no build):
+// a claim taken or joined, a run superseded, the deadline, a locked agent row, and the answer each
+// outcome becomes.
+import { describe, expect, it } from 'vitest';
+import { DisableRunner, maxBatchSize } from '../../src/agents/disable-runs.js';
+import {
+  createAgentStatusUseCase,
+  DisableIncomplete,
+  DisableSuperseded,
+  type SetAgentStatusCommand,
+} from '../../src/agents/set-agent-status.js';
+import { SpendScheduler } from '../../src/agents/spend-scheduler.js';
+import { createMetrics } from '../../src/observability/metrics.js';
+import { inMemoryStores } from '../support/in-memory-stores.js';
+
+const networkId = '6f1c2b9e-5d4a-4e8f-9a7b-1c2d3e4f5a6b';
+
+/** The use case over in-memory statements and a fake spend management that answers after `delayMs`. */
+function protocol(options: { slots?: number; delayMs?: number } = {}) {
+  const stores = inMemoryStores();
+  const calls: Array<{ ids: readonly string[]; at: number }> = [];
+  const scheduler = new SpendScheduler(options.slots ?? 16, 1_000);
+  const runner = new DisableRunner(
+    {
+      pauseSpending: (ids, mayStart, owner) =>
+        scheduler.run(owner, async () => {
+          if (!(await mayStart())) return undefined;
+          calls.push({ ids, at: Date.now() });
+          await new Promise((resolve) => setTimeout(resolve, options.delayMs ?? 0));
+          return { confirmed: [...ids] };
+        }),
+      markPausedInStore: async (ids) => ({ confirmed: [...ids] }),
+    },
+    {
+      batchSize: maxBatchSize,
+      batchesInFlight: 4,
+      leaseMs: 10_000,
+      backoff: { baseMs: 10, maxMs: 20 },
+      batchBudgetMs: 50,
+      owner: 'unit',
+      flagRetryMs: 10,
+    },
+    createMetrics({ collectDefaults: false }),
+  );
+  const useCase = createAgentStatusUseCase({
+    agents: stores.agents,
+    queue: stores.queue,
+    runner,
+    disablesInFlightPerNetwork: 8,
+    batchSize: maxBatchSize,
+    waitPollMs: 10,
+    answerMarginMs: 100,
+  });
+  const command = (agentId: string, enabled: boolean, deadlineMs = 5_000): SetAgentStatusCommand => ({
+    networkId,
+    agentId,
+    enabled,
+    partnerName: 'unit',
+    requestId: undefined,
+    deadline: Date.now() + deadlineMs,
+  });
+  return { stores, calls, runner, useCase, command };
+}
+
+describe('the disable protocol, without a database', () => {
+  it('takes the claim, checks it before every call, pauses everything and finishes the pending row', async () => {
+    const { stores, calls, useCase, command } = protocol();
+    const { agentId } = stores.seed(networkId, 250);
+    const status = await useCase.setAgentStatus(command(agentId, false));
+    expect(status).toMatchObject({ enabled: false, pausedCampaignCount: 250 });
+    expect(calls).toHaveLength(3);
+    expect(stores.statements.filter((name) => name === 'renew_lease').length).toBeGreaterThanOrEqual(1);
+    expect(stores.pending.has(agentId)).toBe(false);
+    expect(stores.approved(agentId)).toBe(false);
+  });
+
+  it('a repeat while the run goes on in this replica joins it: one set of calls, the repeat counts nothing', async () => {
+    const { stores, calls, useCase, command } = protocol({ delayMs: 20 });
+    const { agentId } = stores.seed(networkId, 250);
+    const [first, repeat] = await Promise.all([
+      useCase.setAgentStatus(command(agentId, false)),
+      new Promise((resolve) => setTimeout(resolve, 5)).then(() => useCase.setAgentStatus(command(agentId, false))),
+    ]);
+    expect(first.pausedCampaignCount).toBe(250);
+    expect(repeat.pausedCampaignCount).toBe(0);
+    expect(calls.reduce((sum, call) => sum + call.ids.length, 0)).toBe(250);
+  });
+
+  it('an enable supersedes the run: no call starts after the enable answered, and the disable answers 409 with its count', async () => {
+    const { stores, calls, useCase, command } = protocol({ slots: 1, delayMs: 30 });
+    const { agentId } = stores.seed(networkId, 500);
+    const disable = useCase.setAgentStatus(command(agentId, false)).catch((error: unknown) => error);
+    while (calls.length === 0) await new Promise((resolve) => setTimeout(resolve, 1));
+    await useCase.setAgentStatus(command(agentId, true));
+    const enabledAt = Date.now();
+    const outcome = await disable;
+    expect(outcome).toBeInstanceOf(DisableSuperseded);
+    expect(calls.filter((call) => call.at > enabledAt)).toEqual([]);
+    expect((outcome as DisableSuperseded).pausedCampaignCount).toBe(stores.pausedCount(agentId));
+    expect(stores.approved(agentId)).toBe(true);
+  });
+
+  it('answers by its deadline with what it paused and what is left, while the run goes on', async () => {
+    const { stores, useCase, command, runner } = protocol({ slots: 1, delayMs: 150 });
+    const { agentId } = stores.seed(networkId, 1_000);
+    const started = Date.now();
+    const outcome = await useCase.setAgentStatus(command(agentId, false, 600)).catch((error: unknown) => error);
+    expect(Date.now() - started).toBeLessThan(600);
+    expect(outcome).toBeInstanceOf(DisableIncomplete);
+    const incomplete = outcome as DisableIncomplete;
+    expect(incomplete.runCause).toEqual({ kind: 'deadline' });
+    expect(incomplete.pausedCampaignCount + (incomplete.remainingCampaignCount ?? 0)).toBe(1_000);
+    await runner.idle();
+    expect(stores.pending.has(agentId)).toBe(true); // left for the worker
+  });
+
+  it('records the disable while another transaction holds the agent row, answers "agent locked", and a later run sets the flag first', async () => {
+    const { stores, useCase, command } = protocol();
+    const { agentId } = stores.seed(networkId, 120);
+    stores.lockedAgents.add(agentId);
+    const outcome = await useCase.setAgentStatus(command(agentId, false, 400)).catch((error: unknown) => error);
+    expect(outcome).toBeInstanceOf(DisableIncomplete);
+    expect((outcome as DisableIncomplete).runCause).toEqual({ kind: 'agent_locked' });
+    expect((outcome as DisableIncomplete).pausedCampaignCount).toBe(0);
+    expect(stores.pending.has(agentId)).toBe(true);
+    expect(stores.approved(agentId)).toBe(true);
+    expect(stores.pausedCount(agentId)).toBe(0); // nothing paused before the flag
+    // The lock frees while the request's run still waits for it: the run sets the flag, then pauses;
+    // a repeat joins that run and answers once it is done.
+    stores.lockedAgents.delete(agentId);
+    const repeat = await useCase.setAgentStatus(command(agentId, false));
+    expect(repeat.enabled).toBe(false);
+    expect(stores.approved(agentId)).toBe(false);
+    expect(stores.pausedCount(agentId)).toBe(120);
+    expect(stores.pending.has(agentId)).toBe(false);
+  });
+});
