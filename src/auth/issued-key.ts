@@ -15,8 +15,9 @@ export const issuedKeyPrefix = 'pas_';
 const base62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 const randomLength = 32;
 const checksumLength = 6;
-/** The shape only (what scanner rules match); `isIssuedKey` also checks the checksum. */
-const issuedKeyShape = new RegExp(`^${issuedKeyPrefix}[0-9A-Za-z]{${randomLength + checksumLength}}$`);
+/** The shape only, as the scanner rules (.gitleaks.toml, .secretlintrc.json) match it. */
+const shapeSource = `${issuedKeyPrefix}[0-9A-Za-z]{${randomLength + checksumLength}}`;
+const issuedKeyShape = new RegExp(`^${shapeSource}$`);
 
 function checksumOf(random: string): string {
   let value = crc32(random);
@@ -33,6 +34,11 @@ export function issueKey(): string {
   let random = '';
   for (let i = 0; i < randomLength; i++) random += base62[randomInt(62)];
   return `${issuedKeyPrefix}${random}${checksumOf(random)}`;
+}
+
+/** Every string in a text that has the shape of an issued key, checksum right or wrong. */
+export function keyShapedStrings(text: string): string[] {
+  return [...text.matchAll(new RegExp(`${shapeSource}\\b`, 'g'))].map((match) => match[0]);
 }
 
 /** Whether a string is an issued key: the prefix, the length, the alphabet and the checksum. */

@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { issueKey } from '../auth/issued-key.js';
+import { isIssuedKey, issueKey, keyShapedStrings } from '../auth/issued-key.js';
 import { fingerprintOf, hashKey, InvalidKeySetError, parseExpiry } from '../auth/partner-keys.js';
 import { checkNewEntry, describeEntries, KeysToolError, readKeySetDocument, withEntry, withoutEntry } from './key-set-document.js';
 import { keySetFile } from './key-set-file.js';
@@ -11,9 +11,11 @@ export const usage = `usage: npm run keys -- <command> (--file <path> | --secret
          adds a new key (stored as its SHA-256 unless --raw) and prints it once, on stdout
   list   prints fingerprint, name, network, expiry and storage of every key; never a key
   revoke --fingerprint <hex>
-         removes the key whose SHA-256 starts with these hex digits (list shows the first 12)`;
+         removes the key whose SHA-256 starts with these hex digits (list shows the first 12)
+  check  (no key source) reads text on stdin, e.g. a secret scanner's finding, and prints the
+         fingerprint of each pas_ key in it and whether its checksum is right; exit 1 if none is`;
 
-const commandOptions = { issue: ['network', 'name', 'expires-at', 'raw'], list: [], revoke: ['fingerprint'] } as const;
+const commandOptions = { issue: ['network', 'name', 'expires-at', 'raw'], list: [], revoke: ['fingerprint'], check: [] } as const;
 type Command = keyof typeof commandOptions;
 
 export interface ToolOutput {
@@ -21,6 +23,8 @@ export interface ToolOutput {
   stdout: (text: string) => void;
   /** One line saying what changed, or why nothing did. */
   stderr: (text: string) => void;
+  /** The whole standard input (read by `check` only). */
+  stdin?: () => Promise<string>;
 }
 
 class UsageError extends KeysToolError {}
@@ -37,6 +41,7 @@ export async function runKeysTool(argv: string[], output: ToolOutput, open = ope
       return 0;
     }
     const { command, values } = parseCommand(argv);
+    if (command === 'check') return await check(output);
     storage = open(values);
     if (command === 'list') await list(storage, output, now());
     else if (command === 'issue') await issue(storage, values, output, now());
@@ -72,7 +77,8 @@ function parseCommand(argv: string[]): { command: Command; values: Values } {
   const allowed: readonly string[] = commandOptions[command as Command];
   const stray = Object.keys(values).find((option) => option !== 'file' && option !== 'secret-id' && !allowed.includes(option));
   if (stray) throw new UsageError(`--${stray} does not go with ${command}`);
-  if ((values.file === undefined) === (values['secret-id'] === undefined)) {
+  if (command === 'check' && (values.file ?? values['secret-id']) !== undefined) throw new UsageError('check reads stdin, not a key set');
+  if (command !== 'check' && (values.file === undefined) === (values['secret-id'] === undefined)) {
     throw new UsageError(`exactly one of --file and --secret-id is required`);
   }
   return { command: command as Command, values };
@@ -161,6 +167,21 @@ async function revoke(storage: KeySetStorage, values: Values, output: ToolOutput
     `revoked "${removed!.partner.name}" (fingerprint ${fingerprint}) of network ${removed!.partner.networkId} from ${storage.where}` +
       `${version ? ` (version ${version})` : ''}; ${whenInUse(storage)}, then the key gets 401.\n`,
   );
+}
+
+/**
+ * Confirms findings offline: a scanner's rule can only match the shape, the checksum tells an
+ * issued key from a lookalike. Prints fingerprints (what `revoke` takes), never a key.
+ */
+async function check(output: ToolOutput): Promise<number> {
+  const candidates = keyShapedStrings((await output.stdin?.()) ?? '');
+  const valid = candidates.filter(isIssuedKey);
+  for (const candidate of candidates) {
+    const verdict = isIssuedKey(candidate) ? 'checksum right: an issued key' : 'checksum wrong: not an issued key';
+    output.stdout(`${fingerprintOf(hashKey(candidate))}  ${verdict}\n`);
+  }
+  output.stderr(`${candidates.length} pas_ strings read, ${valid.length} with a right checksum; nothing changed\n`);
+  return valid.length > 0 ? 0 : 1;
 }
 
 function describeError(error: unknown): string {

@@ -255,3 +255,36 @@ describe('bad input: one line, a non-zero exit, and nothing changed', () => {
     });
   });
 });
+
+describe('check: confirming a secret scanner finding offline', () => {
+  async function check(input: string, ...argv: string[]) {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await runKeysTool(['check', ...argv], {
+      stdout: (t) => out.push(t),
+      stderr: (t) => err.push(t),
+      stdin: async () => input,
+    });
+    return { code, stdout: out.join(''), stderr: err.join('') };
+  }
+
+  it('prints the fingerprint of each pas_ string and whether its checksum is right, never the key', async () => {
+    const real = (await issue('leaked')).stdout.trim();
+    const lookalike = real.slice(0, -1) + (real.endsWith('0') ? '1' : '0');
+    const { code, stdout, stderr } = await check(`config:\n  key: ${real}\nother: "${lookalike}" pas_tooshort\n`);
+    expect(code).toBe(0);
+    expect(stdout).toBe(
+      `${hashKey(real).slice(0, 12)}  checksum right: an issued key\n${hashKey(lookalike).slice(0, 12)}  checksum wrong: not an issued key\n`,
+    );
+    expect(stderr).toBe('2 pas_ strings read, 1 with a right checksum; nothing changed\n');
+    expect(stdout + stderr).not.toContain(real);
+    // the fingerprint it prints is the one revoke takes
+    await issue('other');
+    expect((await keys('revoke', '--file', file, '--fingerprint', stdout.slice(0, 12))).code).toBe(0);
+  });
+
+  it('exits 1 when no string has a right checksum, and takes no key source', async () => {
+    expect((await check('nothing here')).code).toBe(1);
+    expect(await check('', '--file', 'x')).toMatchObject({ code: 2, stderr: expect.stringMatching(/check reads stdin, not a key set/) });
+  });
+});

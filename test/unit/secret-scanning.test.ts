@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { RE2 } from 're2-wasm';
 import { parse } from 'smol-toml';
 import { afterAll, describe, expect, it } from 'vitest';
-import { isIssuedKey, issueKey } from '../../src/auth/issued-key.js';
+import { isIssuedKey, issueKey, keyShapedStrings } from '../../src/auth/issued-key.js';
 
 /**
  * The scanner rules shipped in the repository (.gitleaks.toml, .secretlintrc.json) against keys
@@ -85,6 +85,11 @@ describe('the gitleaks rule (.gitleaks.toml)', () => {
       expect(matches(regex, lookalikes)).toEqual([]);
     });
   }
+
+  it('matches what `keys check` looks for, so that the tool can confirm each finding', () => {
+    expect(keyShapedStrings(withKeys).join('\n') === keys.join('\n')).toBe(true);
+    expect(keyShapedStrings(lookalikes)).toEqual([]);
+  });
 
   it('passes the entropy threshold with every generated key, and not with a placeholder', () => {
     expect(Math.min(...keys.map(shannonEntropy))).toBeGreaterThan(rule.entropy);
