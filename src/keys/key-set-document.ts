@@ -85,9 +85,14 @@ export function describeEntries(keys: KeySet, now = Date.now()): string[][] {
     fingerprintOf(digest),
     entry.partner.name,
     entry.partner.networkId,
-    entry.expiresAt === undefined ? 'never' : `${new Date(entry.expiresAt).toISOString()}${entry.expiresAt <= now ? ' (expired)' : ''}`,
+    entry.expiresAt === undefined ? 'never' : `${rfc3339Utc(entry.expiresAt)}${entry.expiresAt <= now ? ' (expired)' : ''}`,
     entry.stored === 'hashed' ? 'hashed' : `raw${entry.weakness ? ` (${entry.weakness})` : ''}`,
   ]);
+}
+
+/** A moment as RFC 3339 in UTC, without milliseconds when there are none: `2027-01-31T00:00:00Z`. */
+export function rfc3339Utc(epochMs: number): string {
+  return new Date(epochMs).toISOString().replace('.000Z', 'Z');
 }
 
 function serialize(json: unknown): string {

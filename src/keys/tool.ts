@@ -1,7 +1,15 @@
 import { parseArgs } from 'node:util';
 import { isIssuedKey, issueKey, keyShapedStrings } from '../auth/issued-key.js';
 import { fingerprintOf, hashKey, InvalidKeySetError, parseExpiry } from '../auth/partner-keys.js';
-import { checkNewEntry, describeEntries, KeysToolError, readKeySetDocument, withEntry, withoutEntry } from './key-set-document.js';
+import {
+  checkNewEntry,
+  describeEntries,
+  KeysToolError,
+  readKeySetDocument,
+  rfc3339Utc,
+  withEntry,
+  withoutEntry,
+} from './key-set-document.js';
 import { keySetFile } from './key-set-file.js';
 import { keySetSecret } from './key-set-secret.js';
 import type { KeySetStorage } from './key-set-storage.js';
@@ -74,6 +82,8 @@ function parseCommand(argv: string[]): { command: Command; values: Values } {
   if (!(command in commandOptions)) throw new UsageError(`unknown command "${command}"; the commands are issue, list and revoke`);
   if (rest.length > 0) throw new UsageError(`unexpected argument "${rest[0]}"`);
   const values = parsed.values as Values;
+  const empty = Object.entries(values).find(([, value]) => value === '');
+  if (empty) throw new UsageError(`--${empty[0]} needs a value`);
   const allowed: readonly string[] = commandOptions[command as Command];
   const stray = Object.keys(values).find((option) => option !== 'file' && option !== 'secret-id' && !allowed.includes(option));
   if (stray) throw new UsageError(`--${stray} does not go with ${command}`);
@@ -137,7 +147,7 @@ async function issue(storage: KeySetStorage, values: Values, output: ToolOutput,
       throw new KeysToolError(`--expires-at must be an RFC 3339 date-time with an offset, such as 2027-01-31T00:00:00Z`);
     }
     if (expiry <= now) throw new KeysToolError(`--expires-at ${values['expires-at']} is not in the future`);
-    expiresAt = new Date(expiry).toISOString().replace('.000Z', 'Z');
+    expiresAt = rfc3339Utc(expiry);
   }
   const key = issueKey();
   const digest = hashKey(key);

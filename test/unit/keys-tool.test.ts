@@ -107,7 +107,7 @@ describe('list', () => {
     expect(code).toBe(0);
     const rows = stdout.trim().split('\n');
     expect(rows[0]).toMatch(/^FINGERPRINT\s+NAME\s+NETWORK\s+EXPIRES\s+STORED$/);
-    expect(rows[1]?.split(/\s{2,}/)).toEqual([hashKey(hashed).slice(0, 12), 'hashed-one', networkId, '2099-01-01T00:00:00.000Z', 'hashed']);
+    expect(rows[1]?.split(/\s{2,}/)).toEqual([hashKey(hashed).slice(0, 12), 'hashed-one', networkId, '2099-01-01T00:00:00Z', 'hashed']);
     expect(rows[2]?.split(/\s{2,}/)).toEqual([hashKey(raw).slice(0, 12), 'raw-one', networkId, 'never', 'raw']);
     expect(stderr).toBe(`2 keys in file ${file} (1 hashed, 1 raw); nothing changed\n`);
     expect(stdout + stderr).not.toContain(raw);
@@ -126,7 +126,7 @@ describe('list', () => {
     );
     const { stdout } = await keys('list', '--file', file);
     expect(stdout).toMatch(/short\s+\S+\s+never\s+raw \(short\)/);
-    expect(stdout).toMatch(/old\s+\S+\s+2020-01-01T00:00:00.000Z \(expired\)\s+raw \(unformatted\)/);
+    expect(stdout).toMatch(/old\s+\S+\s+2020-01-01T00:00:00Z \(expired\)\s+raw \(unformatted\)/);
   });
 });
 
@@ -156,6 +156,7 @@ describe('bad input: one line, a non-zero exit, and nothing changed', () => {
     ['an option of another command', ['list', '--file', 'F', '--name', 'x'], /--name does not go with list/, 2],
     ['a missing --name', ['issue', '--file', 'F', '--network', randomUUID()], /issue needs --network and --name/, 2],
     ['a flag without its value', ['issue', '--file', 'F', '--name', 'x', '--network'], /--network needs a value/, 2],
+    ['an empty value', ['issue', '--file', 'F', '--network', randomUUID(), '--name', ''], /--name needs a value/, 2],
     ['a bad network', ['issue', '--file', 'F', '--network', 'acme', '--name', 'x'], /--network must be a UUID, got "acme"/, 1],
     ['an empty name', ['issue', '--file', 'F', '--network', randomUUID(), '--name', ' '], /--name must be 1 to 128 characters/, 1],
     [
