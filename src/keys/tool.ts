@@ -26,7 +26,7 @@ export const usage = `usage: npm run keys -- <command> (--file <path> | --secret
 const commandOptions = { issue: ['network', 'name', 'expires-at', 'raw'], list: [], revoke: ['fingerprint'], check: [] } as const;
 type Command = keyof typeof commandOptions;
 
-export interface ToolOutput {
+export interface ToolStreams {
   /** Data: the issued key, or the list. */
   stdout: (text: string) => void;
   /** One line saying what changed, or why nothing did. */
@@ -41,7 +41,7 @@ class UsageError extends KeysToolError {}
  * `npm run keys -- <command>`: returns the exit code (0 done, 1 refused or failed, 2 bad usage).
  * Every refusal is one line and changes nothing. Only `issue` ever prints a key, once.
  */
-export async function runKeysTool(argv: string[], output: ToolOutput, open = openStorage, now = Date.now): Promise<number> {
+export async function runKeysTool(argv: string[], output: ToolStreams): Promise<number> {
   let storage: KeySetStorage | undefined;
   try {
     if (argv.includes('--help') || argv.includes('-h')) {
@@ -50,9 +50,9 @@ export async function runKeysTool(argv: string[], output: ToolOutput, open = ope
     }
     const { command, values } = parseCommand(argv);
     if (command === 'check') return await check(output);
-    storage = open(values);
-    if (command === 'list') await list(storage, output, now());
-    else if (command === 'issue') await issue(storage, values, output, now());
+    storage = openStorage(values);
+    if (command === 'list') await list(storage, output);
+    else if (command === 'issue') await issue(storage, values, output);
     else await revoke(storage, values, output);
     return 0;
   } catch (error) {
@@ -78,8 +78,8 @@ function parseCommand(argv: string[]): { command: Command; values: Values } {
     throw new UsageError(message.split('\n')[0] ?? message);
   }
   const [command, ...rest] = parsed.positionals;
-  if (command === undefined) throw new UsageError('a command is required: issue, list or revoke');
-  if (!(command in commandOptions)) throw new UsageError(`unknown command "${command}"; the commands are issue, list and revoke`);
+  if (command === undefined) throw new UsageError('a command is required: issue, list, revoke or check');
+  if (!(command in commandOptions)) throw new UsageError(`unknown command "${command}"; the commands are issue, list, revoke and check`);
   if (rest.length > 0) throw new UsageError(`unexpected argument "${rest[0]}"`);
   const values = parsed.values as Values;
   const empty = Object.entries(values).find(([, value]) => value === '');
@@ -122,9 +122,9 @@ function whenInUse(storage: KeySetStorage): string {
     : 'pods use the change once the ExternalSecret syncs it (chart: every 1m), the kubelet updates the mount (about a minute) and 10 s more';
 }
 
-async function list(storage: KeySetStorage, output: ToolOutput, now: number) {
+async function list(storage: KeySetStorage, output: ToolStreams) {
   const { keys } = readKeySetDocument(await storage.read(), storage.where);
-  const rows = [['FINGERPRINT', 'NAME', 'NETWORK', 'EXPIRES', 'STORED'], ...describeEntries(keys, now)];
+  const rows = [['FINGERPRINT', 'NAME', 'NETWORK', 'EXPIRES', 'STORED'], ...describeEntries(keys)];
   const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)));
   output.stdout(
     rows
@@ -136,7 +136,7 @@ async function list(storage: KeySetStorage, output: ToolOutput, now: number) {
   output.stderr(`${keys.size} keys in ${storage.where} (${hashed} hashed, ${keys.size - hashed} raw); nothing changed\n`);
 }
 
-async function issue(storage: KeySetStorage, values: Values, output: ToolOutput, now: number) {
+async function issue(storage: KeySetStorage, values: Values, output: ToolStreams) {
   const { network: networkId, name, raw } = values;
   if (networkId === undefined || name === undefined) throw new UsageError(`issue needs --network and --name`);
   checkNewEntry({ networkId, name });
@@ -146,7 +146,7 @@ async function issue(storage: KeySetStorage, values: Values, output: ToolOutput,
     if (expiry === undefined) {
       throw new KeysToolError(`--expires-at must be an RFC 3339 date-time with an offset, such as 2027-01-31T00:00:00Z`);
     }
-    if (expiry <= now) throw new KeysToolError(`--expires-at ${values['expires-at']} is not in the future`);
+    if (expiry <= Date.now()) throw new KeysToolError(`--expires-at ${values['expires-at']} is not in the future`);
     expiresAt = rfc3339Utc(expiry);
   }
   const key = issueKey();
@@ -163,7 +163,7 @@ async function issue(storage: KeySetStorage, values: Values, output: ToolOutput,
   );
 }
 
-async function revoke(storage: KeySetStorage, values: Values, output: ToolOutput) {
+async function revoke(storage: KeySetStorage, values: Values, output: ToolStreams) {
   const fingerprint = values.fingerprint?.toLowerCase();
   if (fingerprint === undefined) throw new UsageError(`revoke needs --fingerprint`);
   if (!/^[0-9a-f]{6,64}$/.test(fingerprint)) throw new KeysToolError('--fingerprint must be 6 to 64 hex digits, as "list" shows them');
@@ -183,7 +183,7 @@ async function revoke(storage: KeySetStorage, values: Values, output: ToolOutput
  * Confirms findings offline: a scanner's rule can only match the shape, the checksum tells an
  * issued key from a lookalike. Prints fingerprints (what `revoke` takes), never a key.
  */
-async function check(output: ToolOutput): Promise<number> {
+async function check(output: ToolStreams): Promise<number> {
   const candidates = keyShapedStrings((await output.stdin?.()) ?? '');
   const valid = candidates.filter(isIssuedKey);
   for (const candidate of candidates) {
