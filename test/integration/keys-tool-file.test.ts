@@ -110,7 +110,7 @@ describe('the keys tool and a running service watching the file', () => {
   });
 
   it('serves a raw and a hashed entry side by side, and refuses a key from its expiresAt on', async () => {
-    const expiresAt = new Date(Date.now() + 5_000).toISOString();
+    const expiresAt = new Date(Date.now() + 10_000).toISOString();
     const raw = await issue('raw-expiring', '--raw', '--expires-at', expiresAt);
     const hashed = await issue('hashed-lasting');
     const { stdout: listing } = await keys('list');
@@ -120,7 +120,7 @@ describe('the keys tool and a running service watching the file', () => {
     expect(await status(hashed)).toBe(200);
     expect(await metricLine('partner_keys_expiring_soon{partner="raw-expiring",state="expiring"}')).toMatch(/ 1$/);
 
-    await vi.waitFor(async () => expect(await status(raw)).toBe(401), { timeout: 15_000, interval: 100 });
+    await vi.waitFor(async () => expect(await status(raw)).toBe(401), { timeout: 20_000, interval: 100 });
     expect(Date.now()).toBeGreaterThanOrEqual(Date.parse(expiresAt));
     expect(await status(hashed)).toBe(200);
     expect(await metricLine('partner_keys_expiring_soon{partner="raw-expiring",state="expired"}')).toMatch(/ 1$/);
