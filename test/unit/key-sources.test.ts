@@ -170,6 +170,26 @@ describe('the key set described in the metrics and the log, by name and never by
     }
   });
 
+  it('keeps the last good set when a reload brings a malformed hashed entry or expiresAt', async () => {
+    const key = newApiKey();
+    const good = keysDocument([{ key, networkId, name: 'kept' }]);
+    const upperHash = JSON.stringify({ 'partner-keys': { [`sha256:${'A'.repeat(64)}`]: { networkId, name: 'upper' } } });
+    const badExpiry = JSON.stringify({ 'partner-keys': { [newApiKey()]: { networkId, name: 'bad date', expiresAt: '31/01/2027' } } });
+    const { store, metrics, logs, keySource } = source([good, upperHash, badExpiry]);
+    await keySource.start();
+    for (const expected of [/a hashed entry must be/, /expiresAt must be an RFC 3339 date-time/]) {
+      await keySource.reload();
+      expect(store.lookup(key)?.name).toBe('kept');
+      expect(logs.records().at(-1)).toMatchObject({
+        msg: 'partner keys update rejected; serving the last good key set',
+        reason: expect.stringMatching(expected),
+      });
+    }
+    const exposition = await metrics.registry.metrics();
+    expect(exposition).toContain('partner_keys_reloads_total{source="secrets_manager",outcome="invalid"} 2');
+    expect(exposition).toContain('partner_keys_last_load_failed{source="secrets_manager"} 1');
+  });
+
   it('drops the series of a name that a reload removes', async () => {
     const { metrics, keySource } = source([
       keysDocument([
