@@ -27,6 +27,7 @@ RUN npm run build \
  && test -f dist/main.js \
  && test -f dist/telemetry.js \
  && test -f dist/db/migrate-cli.js \
+ && test -f dist/keys.js \
  && ls dist/db/migrations/*.sql >/dev/null
 
 FROM ${BUILD_IMAGE} AS prod-deps
@@ -56,5 +57,6 @@ USER 65532:65532
 EXPOSE 8080 9464
 # The entrypoint is node itself. Other commands of the same image:
 #   migrations: args ["dist/db/migrate-cli.js"]
+#   the operator's key tool: args ["dist/keys.js", "list", "--secret-id", "<secret>"] (README, For SREs)
 ENTRYPOINT ["/nodejs/bin/node"]
 CMD ["--import", "./dist/telemetry.js", "dist/main.js"]

@@ -1,4 +1,4 @@
-// `npm run build`: the four programs of the image, each bundled into one ES module under dist/ by
+// `npm run build`: the five programs of the image, each bundled into one ES module under dist/ by
 // esbuild (types are checked by `npm run typecheck`, not here), plus the migrations as files.
 //
 // Why bundle: an unbundled start resolved, read and compiled about a thousand module files (half
@@ -30,7 +30,14 @@ const external = [
 
 rmSync('dist', { recursive: true, force: true });
 await build({
-  entryPoints: ['src/main.ts', 'src/telemetry.ts', 'src/db/migrate-cli.ts', 'src/spend-simulator/main.ts'],
+  entryPoints: [
+    'src/main.ts',
+    'src/telemetry.ts',
+    'src/db/migrate-cli.ts',
+    'src/spend-simulator/main.ts',
+    // the operator's key tool, `node dist/keys.js <command>` in the image
+    { in: 'src/keys/main.ts', out: 'keys' },
+  ],
   outdir: 'dist',
   outbase: 'src',
   bundle: true,

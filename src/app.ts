@@ -51,7 +51,7 @@ export async function buildApp(deps: AppDeps) {
   // The caller's x-request-id when it is sane, and never a value that is a partner key.
   const requestId = (req: IncomingMessage): string => {
     const given = req.headers['x-request-id'];
-    return typeof given === 'string' && saneRequestId.test(given) && !keyStore.lookup(given) ? given : randomUUID();
+    return typeof given === 'string' && saneRequestId.test(given) && !keyStore.holds(given) ? given : randomUUID();
   };
   const app = Fastify({
     loggerInstance: deps.logger,

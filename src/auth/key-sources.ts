@@ -3,7 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { initKeySourceMetrics, type Metrics } from '../observability/metrics.js';
-import { InvalidKeySetError, type PartnerKeyStore, parseKeySet } from './partner-keys.js';
+import { InvalidKeySetError, type KeySet, type PartnerKeyStore, parseKeySet } from './partner-keys.js';
 
 export type KeySourceName = 'file' | 'secrets_manager';
 
@@ -56,10 +56,11 @@ function createLoader({ store, metrics, log, source, read }: LoaderDeps) {
       store.replace(keys);
       lastText = text;
       lastTextValid = true;
-      metrics.markGoodKeyLoad(keys.size);
+      metrics.markGoodKeyLoad(keys);
       metrics.partnerKeyReloads.inc({ source, outcome: 'success' });
       metrics.partnerKeysLastLoadFailed.set({ source }, 0);
       log.info({ source, keys: keys.size }, initial ? 'partner keys loaded' : 'partner keys reloaded');
+      reportWeakKeys(keys, source, log);
     } catch (error) {
       lastText = text; // report a bad version once, not on every poll
       lastTextValid = false;
@@ -80,6 +81,17 @@ function createLoader({ store, metrics, log, source, read }: LoaderDeps) {
       return running;
     },
   };
+}
+
+/**
+ * Raw keys that still work but were not issued by `npm run keys` or are short, named by their
+ * label (never by key), one line each at every load that brings a new version of the set.
+ */
+function reportWeakKeys(keys: KeySet, source: KeySourceName, log: Logger) {
+  for (const { partner, weakness } of keys.values()) {
+    if (weakness)
+      log.warn({ source, partner: partner.name, reason: weakness }, 'partner key is weak or not in the issued format; replace it');
+  }
 }
 
 /**

@@ -5,13 +5,13 @@
 //
 // Everything runs in this one process. Each resource is released in reverse order of its start,
 // on SIGINT and SIGTERM and on a failed start alike, so nothing is left listening or on disk.
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import pg from 'pg';
+import { issueKey } from '../auth/issued-key.js';
 import { loadConfig } from '../config.js';
 import { migrate } from '../db/migrate.js';
 import { createLogger } from '../observability/logger.js';
@@ -57,7 +57,7 @@ async function start() {
 
   const keysDir = mkdtempSync(join(tmpdir(), 'partner-agent-status-dev-'));
   releases.push({ name: 'the key directory', release: () => rmSync(keysDir, { recursive: true, force: true }) });
-  const demoKey = `pk_demo_${randomBytes(18).toString('base64url')}`;
+  const demoKey = issueKey();
   writeFileSync(
     join(keysDir, 'partner-keys.json'),
     JSON.stringify({ 'partner-keys': { [demoKey]: { networkId: demo.networkId, name: 'demo-partner' } } }),

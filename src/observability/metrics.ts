@@ -1,4 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { KeySet } from '../auth/partner-keys.js';
 
 /**
  * Every Prometheus series the service exports, on one registry owned by the app (never the
@@ -11,6 +12,9 @@ export type DependencyName = 'postgres' | 'redis' | 'spend_management' | 'secret
 export type BreakerState = 'closed' | 'half_open' | 'open';
 export const breakerStateValue: Record<BreakerState, number> = { closed: 0, half_open: 1, open: 2 };
 
+/** How far ahead `partner_keys_expiring_soon` looks (CONTRACT.md section 12). */
+export const keyExpiryWarningMs = 14 * 24 * 3600 * 1000;
+
 // 5 ms to 5 s, with enough resolution around the p99 objective (250 ms) to alert on it.
 const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
@@ -19,6 +23,7 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   if (options.collectDefaults !== false) collectDefaultMetrics({ register: registry });
 
   let lastGoodKeyLoad: number | undefined;
+  let servedKeys: KeySet = new Map();
 
   const metrics = {
     registry,
@@ -102,6 +107,32 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       labelNames: ['source'] as const,
       registers: [registry],
     }),
+    partnerRequestsAuthenticated: new Counter({
+      name: 'partner_requests_authenticated_total',
+      help: 'Requests whose key was accepted, by key name (partner): shows whether a key is still used before it is revoked.',
+      labelNames: ['partner'] as const,
+      registers: [registry],
+    }),
+    partnerKeysExpiringSoon: new Gauge({
+      name: 'partner_keys_expiring_soon',
+      help: 'Keys in the served set that expire within 14 days (state expiring) or have expired and are refused (state expired), by name (partner).',
+      labelNames: ['partner', 'state'] as const,
+      registers: [registry],
+      collect() {
+        this.reset();
+        const now = Date.now();
+        for (const { partner, expiresAt } of servedKeys.values()) {
+          if (expiresAt === undefined || expiresAt - now > keyExpiryWarningMs) continue;
+          this.inc({ partner: partner.name, state: now >= expiresAt ? 'expired' : 'expiring' });
+        }
+      },
+    }),
+    partnerKeysWeak: new Gauge({
+      name: 'partner_keys_weak',
+      help: 'Raw keys in the served set that are shorter than 32 characters (reason short) or not in the issued format (reason unformatted), by name (partner).',
+      labelNames: ['partner', 'reason'] as const,
+      registers: [registry],
+    }),
     ready: new Gauge({
       name: 'service_ready',
       help: '1 while the service answers /readyz with 200, 0 otherwise.',
@@ -157,10 +188,22 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       labelNames: ['reason'] as const,
       registers: [registry],
     }),
-    markGoodKeyLoad(keyCount: number, at = Date.now()) {
+    markGoodKeyLoad(keys: KeySet, at = Date.now()) {
       lastGoodKeyLoad = at;
-      metrics.partnerKeysLoaded.set(keyCount);
+      metrics.partnerKeysLoaded.set(keys.size);
       metrics.partnerKeysLastGoodLoad.set(at / 1000);
+      // Series per key name: new names start at 0, names no longer in the set go away, so the
+      // label values stay bounded by the keys served.
+      const names = new Set([...keys.values()].map((entry) => entry.partner.name));
+      for (const name of new Set([...servedKeys.values()].map((entry) => entry.partner.name))) {
+        if (!names.has(name)) metrics.partnerRequestsAuthenticated.remove({ partner: name });
+      }
+      for (const partner of names) metrics.partnerRequestsAuthenticated.inc({ partner }, 0);
+      metrics.partnerKeysWeak.reset();
+      for (const { partner, weakness } of keys.values()) {
+        if (weakness) metrics.partnerKeysWeak.inc({ partner: partner.name, reason: weakness });
+      }
+      servedKeys = keys;
     },
   };
   // Known label sets start at 0, so the first event is an increase that rate() and increase() see.

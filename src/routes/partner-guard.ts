@@ -46,6 +46,7 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
         problem('unauthorized', reason === 'missing' ? 'x-api-key header is required' : 'API key is not valid', request.id),
       );
     }
+    metrics.partnerRequestsAuthenticated.inc({ partner: partner.name });
     request.partner = partner;
     request.audit.partner = partner.name;
     trace.getActiveSpan()?.setAttributes({ 'partner.name': partner.name, 'network.id': partner.networkId });

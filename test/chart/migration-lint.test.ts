@@ -6,7 +6,9 @@ import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 
 const run = promisify(execFile);
-const squawk = join('node_modules', '.bin', 'squawk');
+// The migration linter's binary, as npm run lint:migrations calls it (an optional dependency: squawk
+// publishes its Linux x64 binary alone on the registry this project uses).
+const squawk = join('node_modules', '@squawk-cli', 'linux-x64', 'bin', 'squawk');
 const migrations = readdirSync('src/db/migrations').map((name) => join('src/db/migrations', name));
 const scratch = mkdtempSync(join(tmpdir(), 'pas-squawk-'));
 

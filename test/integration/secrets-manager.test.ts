@@ -1,8 +1,7 @@
-import { once } from 'node:events';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { secretReadBoundMs } from '../../src/auth/configured-key-source.js';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { fakeAwsEnvironment, fakeSecretsManager } from '../support/fake-secrets-manager.js';
 import { keysDocument, startTestService, type TestService } from '../support/service.js';
 
 /**
@@ -11,70 +10,6 @@ import { keysDocument, startTestService, type TestService } from '../support/ser
  * JSON protocol, pointed to with AWS_ENDPOINT_URL_SECRETS_MANAGER. No SDK mock: signing, retries,
  * time-outs and the protocol are the SDK's.
  */
-type Mode = 'ok' | 'fail' | 'hang';
-
-function fakeSecretsManager(secretName: string) {
-  let secretString = '';
-  let mode: Mode = 'ok';
-  const calls: Array<{ target: string | undefined; contentType: string | undefined; secretId: unknown; signed: boolean }> = [];
-  const server = createServer(async (request: IncomingMessage, response: ServerResponse) => {
-    let body = '';
-    for await (const chunk of request) body += chunk;
-    const target = request.headers['x-amz-target'] as string | undefined;
-    calls.push({
-      target,
-      contentType: request.headers['content-type'],
-      secretId: (JSON.parse(body || '{}') as { SecretId?: unknown }).SecretId,
-      signed: String(request.headers.authorization ?? '').startsWith('AWS4-HMAC-SHA256 '),
-    });
-    const json = (status: number, payload: unknown, errorType?: string) => {
-      response.writeHead(status, {
-        'content-type': 'application/x-amz-json-1.1',
-        'x-amzn-requestid': crypto.randomUUID(),
-        ...(errorType ? { 'x-amzn-errortype': errorType } : {}),
-      });
-      response.end(JSON.stringify(payload));
-    };
-    if (request.method !== 'POST' || target !== 'secretsmanager.GetSecretValue') {
-      json(400, { __type: 'UnknownOperationException', message: 'unexpected call' }, 'UnknownOperationException');
-      return;
-    }
-    if (mode === 'hang') return; // never answers; the client must give up by itself
-    if (mode === 'fail') {
-      json(500, { __type: 'InternalServiceError', message: 'simulated failure' }, 'InternalServiceError');
-      return;
-    }
-    json(200, {
-      ARN: `arn:aws:secretsmanager:us-east-1:123456789012:secret:${secretName}-AbCdEf`,
-      Name: secretName,
-      SecretString: secretString,
-      VersionId: crypto.randomUUID(),
-      VersionStages: ['AWSCURRENT'],
-      CreatedDate: Date.now() / 1000,
-    });
-  });
-  return {
-    server,
-    calls,
-    setSecret(text: string) {
-      secretString = text;
-    },
-    setMode(next: Mode) {
-      mode = next;
-    },
-    async listen(): Promise<string> {
-      server.listen(0, '127.0.0.1');
-      await once(server, 'listening');
-      return `http://127.0.0.1:${(server.address() as { port: number }).port}`;
-    },
-    async close() {
-      server.closeAllConnections();
-      server.close();
-      await once(server, 'close');
-    },
-  };
-}
-
 const secretName = 'partner-agent-status/partner-keys';
 const settings = { connectTimeoutMs: 200, requestTimeoutMs: 400, maxAttempts: 2 };
 const db = testDatabase();
@@ -90,11 +25,7 @@ beforeAll(async () => {
   const endpoint = await fake.listen();
   // The SDK's own environment: region, credentials (dummy: the local server checks no signature)
   // and the service-specific endpoint override.
-  vi.stubEnv('AWS_REGION', 'us-east-1');
-  vi.stubEnv('AWS_ACCESS_KEY_ID', 'AKIDEXAMPLE');
-  vi.stubEnv('AWS_SECRET_ACCESS_KEY', 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY');
-  vi.stubEnv('AWS_ENDPOINT_URL_SECRETS_MANAGER', endpoint);
-  vi.stubEnv('AWS_EC2_METADATA_DISABLED', 'true');
+  for (const [name, value] of Object.entries(fakeAwsEnvironment(endpoint))) vi.stubEnv(name, value);
   svc = await startTestService({
     partners: [],
     env: {
@@ -139,7 +70,7 @@ describe('partner keys from AWS Secrets Manager through the real SDK', () => {
     expect(fake.calls[0]).toEqual({
       target: 'secretsmanager.GetSecretValue',
       contentType: 'application/x-amz-json-1.1',
-      secretId: secretName,
+      body: { SecretId: secretName },
       signed: true,
     });
     expect(await enable(firstKey)).toBe(200);

@@ -23,6 +23,7 @@ describe('the alert rule file', () => {
         'PartnerAgentStatusCircuitBreakerOpen',
         'PartnerAgentStatusDisablePending',
         'PartnerAgentStatusHigh5xxRatio',
+        'PartnerAgentStatusKeyExpiring',
         'PartnerAgentStatusKeyReloadFailing',
         'PartnerAgentStatusLatencyP99High',
         'PartnerAgentStatusLoadShedding',

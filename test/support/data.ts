@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import { issueKey } from '../../src/auth/issued-key.js';
 import { databaseUrl } from './database-url.js';
 import { insertAgent, insertCampaigns, insertNetwork } from './platform-rows.js';
 
@@ -31,7 +31,7 @@ export function testDatabase() {
 
 export type TestDatabase = ReturnType<typeof testDatabase>;
 
-/** A fresh partner key, made at run time (never committed). */
+/** A fresh partner key in the issued format, made at run time (never committed). */
 export function newApiKey(): string {
-  return `pk_test_${randomBytes(24).toString('base64url')}`;
+  return issueKey();
 }

@@ -130,3 +130,78 @@ describe('partner keys from a file: the poll catches what the directory watch mi
     }
   });
 });
+
+describe('the key set described in the metrics and the log, by name and never by key', () => {
+  it('reports weak raw keys, soon-expiring keys and per-name request counters at load', async () => {
+    const short = `${newApiKey().slice(0, 20)}`;
+    const legacy = `pk_live_${newApiKey().slice(4)}`;
+    const soon = new Date(Date.now() + 3 * 24 * 3600 * 1000).toISOString();
+    const later = new Date(Date.now() + 30 * 24 * 3600 * 1000).toISOString();
+    const gone = new Date(Date.now() - 1000).toISOString();
+    const text = JSON.stringify({
+      'partner-keys': {
+        [newApiKey()]: { networkId, name: 'good' },
+        [short]: { networkId, name: 'short one' },
+        [legacy]: { networkId, name: 'legacy' },
+        [newApiKey()]: { networkId, name: 'soon', expiresAt: soon },
+        [newApiKey()]: { networkId, name: 'later', expiresAt: later },
+        [newApiKey()]: { networkId, name: 'gone', expiresAt: gone },
+      },
+    });
+    const { metrics, logs, keySource } = source([text]);
+    await keySource.start();
+    const warnings = logs.records().filter((r) => r.msg === 'partner key is weak or not in the issued format; replace it');
+    expect(warnings.map((r) => [r.partner, r.reason])).toEqual([
+      ['short one', 'short'],
+      ['legacy', 'unformatted'],
+    ]);
+    const exposition = await metrics.registry.metrics();
+    expect(exposition).toContain('partner_keys_weak{partner="short one",reason="short"} 1');
+    expect(exposition).toContain('partner_keys_weak{partner="legacy",reason="unformatted"} 1');
+    expect(exposition).toContain('partner_keys_expiring_soon{partner="soon",state="expiring"} 1');
+    expect(exposition).toContain('partner_keys_expiring_soon{partner="gone",state="expired"} 1');
+    expect(exposition).not.toMatch(/partner_keys_expiring_soon\{partner="(later|good)"/);
+    for (const name of ['good', 'short one', 'legacy', 'soon', 'later', 'gone']) {
+      expect(exposition).toContain(`partner_requests_authenticated_total{partner="${name}"} 0`);
+    }
+    for (const entry of Object.keys(JSON.parse(text)['partner-keys'])) {
+      expect(exposition).not.toContain(entry);
+      expect(logs.lines.join('\n')).not.toContain(entry);
+    }
+  });
+
+  it('keeps the last good set when a reload brings a malformed hashed entry or expiresAt', async () => {
+    const key = newApiKey();
+    const good = keysDocument([{ key, networkId, name: 'kept' }]);
+    const upperHash = JSON.stringify({ 'partner-keys': { [`sha256:${'A'.repeat(64)}`]: { networkId, name: 'upper' } } });
+    const badExpiry = JSON.stringify({ 'partner-keys': { [newApiKey()]: { networkId, name: 'bad date', expiresAt: '31/01/2027' } } });
+    const { store, metrics, logs, keySource } = source([good, upperHash, badExpiry]);
+    await keySource.start();
+    for (const expected of [/a hashed entry must be/, /expiresAt must be an RFC 3339 date-time/]) {
+      await keySource.reload();
+      expect(store.lookup(key)?.name).toBe('kept');
+      expect(logs.records().at(-1)).toMatchObject({
+        msg: 'partner keys update rejected; serving the last good key set',
+        reason: expect.stringMatching(expected),
+      });
+    }
+    const exposition = await metrics.registry.metrics();
+    expect(exposition).toContain('partner_keys_reloads_total{source="secrets_manager",outcome="invalid"} 2');
+    expect(exposition).toContain('partner_keys_last_load_failed{source="secrets_manager"} 1');
+  });
+
+  it('drops the series of a name that a reload removes', async () => {
+    const { metrics, keySource } = source([
+      keysDocument([
+        { key: newApiKey(), networkId, name: 'stays' },
+        { key: newApiKey(), networkId, name: 'leaves' },
+      ]),
+      keysDocument([{ key: newApiKey(), networkId, name: 'stays' }]),
+    ]);
+    await keySource.start();
+    await keySource.reload();
+    const exposition = await metrics.registry.metrics();
+    expect(exposition).toContain('partner_requests_authenticated_total{partner="stays"} 0');
+    expect(exposition).not.toContain('leaves');
+  });
+});

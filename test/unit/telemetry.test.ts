@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { ROOT_CONTEXT, type SpanContext, TraceFlags, trace } from '@opentelemetry/api';
 import type { NodeSDKConfiguration } from '@opentelemetry/sdk-node';
 import { describe, expect, it } from 'vitest';
+import { issueKey } from '../../src/auth/issued-key.js';
 // The preload does nothing when imported here: vitest sets OTEL_SDK_DISABLED=true.
 import { egressOnlyTraceContext, redacted, scrubAttributes, scrubbingExporter, scrubSpan } from '../../src/telemetry.js';
 
@@ -54,6 +55,12 @@ describe('span scrubbing: the last line before export', () => {
       'http.response.status_code': 200,
     });
     expect(JSON.stringify(scrubbed)).not.toContain(key);
+  });
+
+  it('overwrites a partner key in the issued format even without a name before it', () => {
+    const issued = issueKey();
+    const scrubbed = scrubAttributes({ 'agent.id': issued, 'app.values': ['x', `${issued},y`], 'app.note': 'pas_ is our prefix' });
+    expect(scrubbed).toEqual({ 'agent.id': redacted, 'app.values': redacted, 'app.note': 'pas_ is our prefix' });
   });
 
   it('leaves a clean span untouched (same object), so the common case costs no copy', () => {

@@ -1,0 +1,102 @@
+import {
+  entryDigest,
+  fingerprintOf,
+  InvalidKeySetError,
+  type KeyEntry,
+  type KeySet,
+  parseKeySet,
+  uuidPattern,
+} from '../auth/partner-keys.js';
+
+/** A refusal of the keys tool: one line for the operator, never holding a key. */
+export class KeysToolError extends Error {
+  override readonly name = 'KeysToolError';
+}
+
+/** A key set document as stored, with the entries the service would load from it. */
+interface KeySetDocument {
+  /** The whole JSON object: other members and fields the tool does not know are kept as they are. */
+  json: Record<string, unknown> & { 'partner-keys': Record<string, unknown> };
+  keys: KeySet;
+}
+
+/**
+ * Reads the stored text; `undefined` (no file or an empty secret) and an empty `partner-keys`
+ * object are a set with no key yet. Anything the service would reject stops the tool: it never
+ * builds on a set it cannot read the way the service does.
+ */
+export function readKeySetDocument(text: string | undefined, where: string): KeySetDocument {
+  if (text === undefined || text.trim() === '') return { json: { 'partner-keys': {} }, keys: new Map() };
+  try {
+    const json = JSON.parse(text);
+    const entries = json?.['partner-keys'];
+    const isEmpty = typeof entries === 'object' && entries !== null && !Array.isArray(entries) && Object.keys(entries).length === 0;
+    return { json, keys: isEmpty ? new Map() : parseKeySet(text) };
+  } catch (error) {
+    const reason = error instanceof InvalidKeySetError ? error.message : 'partner keys are not valid JSON';
+    throw new KeysToolError(`the key set in ${where} is invalid (${reason}); fix it first, nothing was changed`);
+  }
+}
+
+export interface NewEntry {
+  entryName: string;
+  networkId: string;
+  name: string;
+  expiresAt?: string;
+}
+
+/** Checks a new entry's fields the way the service will, before anything is read or written. */
+export function checkNewEntry(fields: { networkId: string; name: string }): void {
+  if (!uuidPattern.test(fields.networkId)) throw new KeysToolError(`--network must be a UUID, got "${fields.networkId}"`);
+  if (fields.name.trim() === '' || fields.name.length > 128) throw new KeysToolError('--name must be 1 to 128 characters');
+}
+
+/**
+ * The document with one entry added. Names must be unique: the per-name metrics are what tell the
+ * operator whether an old key is still in use during a rotation, which two keys with one name
+ * would hide.
+ */
+export function withEntry(document: KeySetDocument, entry: NewEntry): string {
+  if ([...document.keys.values()].some((existing) => existing.partner.name === entry.name)) {
+    throw new KeysToolError(`a key named "${entry.name}" exists already; give the new key its own name (e.g. with a date)`);
+  }
+  const record: Record<string, string> = { networkId: entry.networkId.toLowerCase(), name: entry.name };
+  if (entry.expiresAt !== undefined) record.expiresAt = entry.expiresAt;
+  const json = { ...document.json, 'partner-keys': { ...document.json['partner-keys'], [entry.entryName]: record } };
+  return serialize(json);
+}
+
+/** The entry whose digest starts with the fingerprint, refusing none, several, or the last key. */
+export function withoutEntry(document: KeySetDocument, fingerprint: string, where: string): { text: string; removed: KeyEntry } {
+  const matches = Object.keys(document.json['partner-keys']).filter((entryName) => entryDigest(entryName).startsWith(fingerprint));
+  const [match] = matches;
+  if (match === undefined) throw new KeysToolError(`no key in ${where} has fingerprint ${fingerprint}; see "list"`);
+  if (matches.length > 1) throw new KeysToolError(`fingerprint ${fingerprint} matches ${matches.length} keys; give more of its digits`);
+  if (document.keys.size === 1) {
+    throw new KeysToolError('refusing to revoke the only key: the service rejects an empty key set and would keep serving it');
+  }
+  const { [match]: _removed, ...rest } = document.json['partner-keys'];
+  return { text: serialize({ ...document.json, 'partner-keys': rest }), removed: document.keys.get(entryDigest(match))! };
+}
+
+/** One row per entry for `list`: never a key, only its fingerprint. */
+export function describeEntries(keys: KeySet, now = Date.now()): string[][] {
+  return [...keys].map(([digest, entry]) => [
+    fingerprintOf(digest),
+    entry.partner.name,
+    entry.partner.networkId,
+    entry.expiresAt === undefined ? 'never' : `${rfc3339Utc(entry.expiresAt)}${entry.expiresAt <= now ? ' (expired)' : ''}`,
+    entry.stored === 'hashed' ? 'hashed' : `raw${entry.weakness ? ` (${entry.weakness})` : ''}`,
+  ]);
+}
+
+/** A moment as RFC 3339 in UTC, without milliseconds when there are none: `2027-01-31T00:00:00Z`. */
+export function rfc3339Utc(epochMs: number): string {
+  return new Date(epochMs).toISOString().replace('.000Z', 'Z');
+}
+
+function serialize(json: unknown): string {
+  const text = `${JSON.stringify(json, null, 2)}\n`;
+  parseKeySet(text); // never write what the service would reject
+  return text;
+}
