@@ -20,7 +20,7 @@ describe('configuration from the environment', () => {
       databasePoolSize: 10,
       spendManagementTimeoutMs: 2000,
       redisCommandTimeoutMs: 1000,
-      breaker: { errorThresholdPercentage: 50, volumeThreshold: 3, resetTimeoutMs: 10000, rollingWindowMs: 30000 },
+      breaker: { consecutiveFailures: 5, errorThresholdPercentage: 50, volumeThreshold: 3, resetTimeoutMs: 10000, rollingWindowMs: 30000 },
       partnerKeys: { kind: 'file', path: '/etc/partner-keys/partner-keys.json', pollIntervalMs: 5000 },
       drainDelayMs: 5000,
       shutdownTimeoutMs: 20000,
@@ -31,7 +31,7 @@ describe('configuration from the environment', () => {
         requestDeadlineMs: 25000,
         overloadMaxEventLoopDelayMs: 200,
       },
-      pipeline: { batchesInFlight: 4, spendManagementMaxConcurrency: 16 },
+      pipeline: { batchesInFlight: 16, spendManagementMaxConcurrency: 16 },
       worker: { pollIntervalMs: 2000, leaseMs: 15000, backoffBaseMs: 1000, backoffMaxMs: 20000, concurrency: 4 },
       secretsManager: { connectTimeoutMs: 2000, requestTimeoutMs: 5000, maxAttempts: 3 },
     });
@@ -94,5 +94,12 @@ describe('configuration from the environment', () => {
 
   it('rejects an unknown log level', () => {
     expect(() => loadConfig({ ...minimal, LOG_LEVEL: 'loud' })).toThrow(/LOG_LEVEL must be one of/);
+  });
+
+  it('refuses a lease no longer than a stuck statement can take (statement timeout + the client margin)', () => {
+    expect(() => loadConfig({ ...minimal, WORKER_LEASE_MS: '6000' })).toThrow(
+      /WORKER_LEASE_MS \(6000\) must exceed DATABASE_STATEMENT_TIMEOUT_MS \+ 1500 \(6500\)/,
+    );
+    expect(loadConfig({ ...minimal, WORKER_LEASE_MS: '6000', DATABASE_STATEMENT_TIMEOUT_MS: '4000' }).worker.leaseMs).toBe(6000);
   });
 });

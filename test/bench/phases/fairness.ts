@@ -7,7 +7,7 @@ import { activeUnpaused, resetSimulator, seedAgents } from '../context.js';
 
 const spendDelayMs = 100;
 
-async function disable(ctx: BenchContext, service: Service, key: string, agentId: string, expected: number): Promise<number> {
+async function disable(service: Service, key: string, agentId: string, expected: number): Promise<number> {
   const started = performance.now();
   const response = await fetch(service.statusUrl, {
     method: 'POST',
@@ -33,10 +33,10 @@ export async function fairness(ctx: BenchContext, service: Service): Promise<voi
   await resetSimulator(ctx);
   ctx.simulator.simulator.setMode('slow', { delayMs: spendDelayMs });
   try {
-    const aloneMs = await disable(ctx, service, b.key, bAlone!, campaigns);
-    const load = aAgents.map((agentId) => disable(ctx, service, a.key, agentId, loadCampaigns));
+    const aloneMs = await disable(service, b.key, bAlone!, campaigns);
+    const load = aAgents.map((agentId) => disable(service, a.key, agentId, loadCampaigns));
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const besideLoadMs = await disable(ctx, service, b.key, bBeside!, campaigns);
+    const besideLoadMs = await disable(service, b.key, bBeside!, campaigns);
     await Promise.all(load);
     const left = await activeUnpaused(ctx, [bAlone!, bBeside!, ...aAgents]);
     if (left !== 0) throw new Error(`${left} campaigns left unpaused`);
