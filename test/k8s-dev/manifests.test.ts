@@ -164,6 +164,24 @@ describe('the chart with k8s-dev/values-dev.yaml', () => {
     });
   });
 
+  it("lets the service out to exactly the dev dependencies' pods (PostgreSQL, Redis, the simulator) on their Services' ports", () => {
+    const policy = findOne<Json>(objects(), 'NetworkPolicy');
+    const deployments = findAll<Json>(
+      manifestObjects.map(({ object }) => object),
+      'Deployment',
+    );
+    for (const name of ['postgres', 'redis', 'spend-simulator']) {
+      const service = manifestObjects.find(({ object }) => object.kind === 'Service' && object.metadata.name === name)!.object as Json;
+      const podLabels = deployments.find((d) => d.metadata.name === name).spec.template.metadata.labels;
+      const rule = policy.spec.egress.find((r: Json) => r.ports.some((p: Json) => p.port === service.spec.ports[0].port && r.to));
+      expect(rule, `no egress rule for ${name}`).toBeDefined();
+      const selectors = rule.to.map((peer: Json) => peer.podSelector?.matchLabels);
+      expect(selectors.some((labels: Json) => labels && Object.entries(labels).every(([k, v]) => podLabels[k] === v))).toBe(true);
+      // Pod selectors only: nothing outside the dev namespace.
+      for (const peer of rule.to) expect(Object.keys(peer)).toEqual(['podSelector']);
+    }
+  });
+
   it('sets a rate limit the rate-limit spec reaches at once and no other spec reaches in a whole run', () => {
     const config = findOne<Json>(objects(), 'ConfigMap').data;
     expect(config).toMatchObject({ RATE_LIMIT_MAX: '200', RATE_LIMIT_WINDOW_MS: '10000' });
