@@ -171,6 +171,8 @@ The checks a JSON schema cannot express. Included by the Deployment, so every re
 {{- if le (mul (int $v.httpRoute.requestTimeoutSeconds) 1000) (int $v.config.requestDeadlineMs) }}
 {{- fail (printf "httpRoute.requestTimeoutSeconds (%d s) must be above config.requestDeadlineMs (%d ms): the Gateway would cut slow disables off with a 504 before the service answers" (int $v.httpRoute.requestTimeoutSeconds) (int $v.config.requestDeadlineMs)) }}
 {{- end }}
+{{- else if $v.httpRoute.clientRateLimit.enabled }}
+{{- fail "httpRoute.clientRateLimit.enabled needs httpRoute.enabled: the BackendTrafficPolicy limits clients on the chart's HTTPRoute" }}
 {{- end }}
 {{- if gt (int $v.config.worker.backoffBaseMs) (int $v.config.worker.backoffMaxMs) }}
 {{- fail "config.worker.backoffBaseMs must not exceed config.worker.backoffMaxMs" }}
