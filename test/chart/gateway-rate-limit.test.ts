@@ -1,6 +1,7 @@
 // The optional per-client limit at the Gateway (issue 18, item 6): Envoy Gateway's
 // BackendTrafficPolicy on the chart's HTTPRoute, a local rate limit with one bucket per client
 // address, validated against the CRD's schema. Under both Helm majors.
+import { readFileSync } from 'node:fs';
 import type { IHTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
 import { describe, expect, it } from 'vitest';
 import { findAll, findOne, helms, type K8sObject, type RenderOptions, render, renderError, validateObject } from './chart.js';
@@ -88,6 +89,41 @@ describe.each(helms)('%s', (_helm, binary) => {
     ])('refuses %s in values.schema.json', (_name, expression) => {
       expect(renderError(as({ set: [...limited.set, expression] }))).toContain("values don't meet the specifications of the schema(s)");
     });
+  });
+});
+
+describe("the CRD's CEL rules that concern the rendered policy (Ajv cannot run CEL: each is restated here)", () => {
+  const fixture = readFileSync(new URL('./fixtures/envoy-gateway-backendtrafficpolicy.schema.json', import.meta.url), 'utf8');
+  const rendered = (): BackendTrafficPolicy =>
+    findOne<BackendTrafficPolicy>(render({ values: ['ci/everything-values.yaml'] }), 'BackendTrafficPolicy');
+  const routeKinds = ['Gateway', 'ListenerSet', 'HTTPRoute', 'GRPCRoute', 'UDPRoute', 'TCPRoute', 'TLSRoute'];
+  const rules: Array<[string, (policy: BackendTrafficPolicy) => boolean]> = [
+    ['either targetRef or targetRefs must be used', (policy) => !('targetRef' in policy.spec) && policy.spec.targetRefs.length > 0],
+    [
+      'this policy can only have a targetRefs[*].group of gateway.networking.k8s.io',
+      (policy) => policy.spec.targetRefs.every((ref) => ref.group === 'gateway.networking.k8s.io'),
+    ],
+    [
+      'this policy can only have a targetRefs[*].kind of Gateway/ListenerSet/HTTPRoute/GRPCRoute/TCPRoute/UDPRoute/TLSRoute',
+      (policy) => policy.spec.targetRefs.every((ref) => routeKinds.includes(ref.kind)),
+    ],
+    [
+      'at least one of headers, methods, path, sourceCIDR or queryParams must be specified',
+      (policy) => policy.spec.rateLimit.local.rules.every((rule) => (rule.clientSelectors ?? []).every((selector) => selector.sourceCIDR)),
+    ],
+    [
+      'response cost is not supported for Local Rate Limits',
+      (policy) => policy.spec.rateLimit.local.rules.every((rule) => !('cost' in rule)),
+    ],
+    [
+      'limit fromMetadata is not supported for Local Rate Limits',
+      (policy) => policy.spec.rateLimit.local.rules.every((rule) => !('fromMetadata' in rule.limit)),
+    ],
+  ];
+
+  it.each(rules)('%s', (message, holds) => {
+    expect(fixture, 'the rule is no longer in the CRD: drop or update it here').toContain(JSON.stringify(message));
+    expect(holds(rendered())).toBe(true);
   });
 });
 

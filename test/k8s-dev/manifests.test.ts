@@ -157,6 +157,14 @@ describe('the chart with k8s-dev/values-dev.yaml', () => {
     expect(route.spec.hostnames).toBeUndefined();
   });
 
+  it("puts Envoy Gateway's per-client limit on the dev route in shadow mode only: the e2e suite comes from one address", () => {
+    const policy = findOne<Json>(objects(), 'BackendTrafficPolicy');
+    expect(policy.spec.targetRefs).toEqual([
+      { group: 'gateway.networking.k8s.io', kind: 'HTTPRoute', name: findOne<Json>(objects(), 'HTTPRoute').metadata.name },
+    ]);
+    for (const rule of policy.spec.rateLimit.local.rules) expect(rule.shadowMode).toBe(true);
+  });
+
   it('admits the Envoy pods of the dev Gateway through the NetworkPolicy', () => {
     const policy = findOne<Json>(objects(), 'NetworkPolicy');
     expect(policy.spec.ingress[0].from).toContainEqual({
