@@ -3,7 +3,8 @@ import { defineConfig } from 'vitest/config';
 // Three projects, each with only the set-up it needs:
 // - unit: pure logic, no database, no Redis, no build (seconds);
 // - chart: the shipped artifacts checked as files (Helm chart, dev-cluster manifests and scripts,
-//   alert rules, dashboards, the OpenAPI document), again with no database and no build;
+//   alert rules, dashboards, the OpenAPI document, the Dockerfile and the SBOM), again with no
+//   database and no build;
 // - integration: everything else, i.e. any test that starts the service (in-process or built),
 //   against the machine's real PostgreSQL and Redis. Only this project builds dist/ and creates the
 //   run's database and Redis key prefix (test/global-setup.ts): in vitest 5 a root-level
@@ -15,6 +16,7 @@ const chart = [
   'test/chart/**/*.test.ts',
   'test/k8s-dev/**/*.test.ts',
   'test/openapi/**/*.test.ts',
+  'test/supply-chain/**/*.test.ts',
   'test/observability/dashboards.test.ts',
   'test/observability/promql.test.ts',
   'test/observability/rules.test.ts',

@@ -163,8 +163,6 @@ describe.each(helms)('%s', (_helm, binary) => {
 
 describe('NetworkPolicy', () => {
   const policy = (options: RenderOptions = {}): INetworkPolicy => findOne<INetworkPolicy>(render(options), 'NetworkPolicy');
-  const ports = (rule: { ports?: Array<{ port?: number | string; protocol?: string }> }): string[] =>
-    (rule.ports ?? []).map((p) => `${String(p.port)}/${p.protocol ?? 'TCP'}`);
 
   it('is on by default, and can be switched off', () => {
     expect(findAll(render(), 'NetworkPolicy')).toHaveLength(1);
@@ -202,45 +200,7 @@ describe('NetworkPolicy', () => {
     ]);
   });
 
-  it('lets out only DNS to kube-system, PostgreSQL, Redis, spend management and AWS by default', () => {
-    const egress = policy().spec?.egress ?? [];
-    expect(egress.map(ports)).toEqual([['53/UDP', '53/TCP'], ['5432/TCP'], ['6379/TCP'], ['8080/TCP'], ['443/TCP']]);
-    expect(egress[0]?.to).toEqual([
-      {
-        namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } },
-        podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } },
-      },
-    ]);
-    for (const rule of egress) expect(rule.ports?.length, 'an egress rule without ports would allow every port').toBeGreaterThan(0);
-  });
-
-  it('takes the spend-management port from its URL unless ports are given', () => {
-    const spendPorts = (options: RenderOptions): string[] => ports((policy(options).spec?.egress ?? [])[3] ?? {});
-    expect(spendPorts({ set: ['spendManagement.url=https://spend.example.com'] })).toEqual(['443/TCP']);
-    expect(spendPorts({ set: ['spendManagement.url=http://spend.example.com'] })).toEqual(['80/TCP']);
-    expect(spendPorts({ set: ['spendManagement.url=https://spend.example.com:8443/api'] })).toEqual(['8443/TCP']);
-    expect(spendPorts({ set: ['networkPolicy.egress.spendManagement.ports={9000}'] })).toEqual(['9000/TCP']);
-  });
-
-  it('lets out the OpenTelemetry collector only while tracing is on, on the port of its endpoint', () => {
-    const egress = policy(everything).spec?.egress ?? [];
-    expect(egress.map(ports)).toEqual([
-      ['53/UDP', '53/TCP'],
-      ['5432/TCP'],
-      ['6379/TCP'],
-      ['8080/TCP'],
-      ['443/TCP'],
-      ['4318/TCP'],
-      ['9000/TCP'],
-    ]);
-    expect(egress[1]?.to).toEqual([{ ipBlock: { cidr: '10.20.0.0/16' } }]);
-    expect(egress[4]?.to).toEqual([{ ipBlock: { cidr: '0.0.0.0/0', except: ['169.254.169.254/32'] } }]);
-    expect(egress[5]?.to).toEqual([{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'observability' } } }]);
-    expect(ports((policy({ set: ['otel.enabled=true'] }).spec?.egress ?? [])[5] ?? {})).toEqual(['4318/TCP']);
-    expect(
-      ports((policy({ set: ['otel.enabled=true', 'otel.exporterOtlpEndpoint=http://collector:4317'] }).spec?.egress ?? [])[5] ?? {}),
-    ).toEqual(['4317/TCP']);
-  });
+  // Egress: test/chart/egress.test.ts.
 });
 
 describe('HorizontalPodAutoscaler', () => {

@@ -48,6 +48,7 @@ describe('rendered objects', () => {
     const kinds = new Set(render({ values: ['ci/everything-values.yaml'] }).map((object) => object.kind));
     expect([...kinds].sort()).toEqual(
       [
+        'BackendTrafficPolicy',
         'ConfigMap',
         'Deployment',
         'ExternalSecret',

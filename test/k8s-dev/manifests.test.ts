@@ -157,11 +157,37 @@ describe('the chart with k8s-dev/values-dev.yaml', () => {
     expect(route.spec.hostnames).toBeUndefined();
   });
 
+  it("puts Envoy Gateway's per-client limit on the dev route in shadow mode only: the e2e suite comes from one address", () => {
+    const policy = findOne<Json>(objects(), 'BackendTrafficPolicy');
+    expect(policy.spec.targetRefs).toEqual([
+      { group: 'gateway.networking.k8s.io', kind: 'HTTPRoute', name: findOne<Json>(objects(), 'HTTPRoute').metadata.name },
+    ]);
+    for (const rule of policy.spec.rateLimit.local.rules) expect(rule.shadowMode).toBe(true);
+  });
+
   it('admits the Envoy pods of the dev Gateway through the NetworkPolicy', () => {
     const policy = findOne<Json>(objects(), 'NetworkPolicy');
     expect(policy.spec.ingress[0].from).toContainEqual({
       namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': libSetting('GATEWAY_NAMESPACE') } },
     });
+  });
+
+  it("lets the service out to exactly the dev dependencies' pods (PostgreSQL, Redis, the simulator) on their Services' ports", () => {
+    const policy = findOne<Json>(objects(), 'NetworkPolicy');
+    const deployments = findAll<Json>(
+      manifestObjects.map(({ object }) => object),
+      'Deployment',
+    );
+    for (const name of ['postgres', 'redis', 'spend-simulator']) {
+      const service = manifestObjects.find(({ object }) => object.kind === 'Service' && object.metadata.name === name)!.object as Json;
+      const podLabels = deployments.find((d) => d.metadata.name === name).spec.template.metadata.labels;
+      const rule = policy.spec.egress.find((r: Json) => r.ports.some((p: Json) => p.port === service.spec.ports[0].port && r.to));
+      expect(rule, `no egress rule for ${name}`).toBeDefined();
+      const selectors = rule.to.map((peer: Json) => peer.podSelector?.matchLabels);
+      expect(selectors.some((labels: Json) => labels && Object.entries(labels).every(([k, v]) => podLabels[k] === v))).toBe(true);
+      // Pod selectors only: nothing outside the dev namespace.
+      for (const peer of rule.to) expect(Object.keys(peer)).toEqual(['podSelector']);
+    }
   });
 
   it('sets a rate limit the rate-limit spec reaches at once and no other spec reaches in a whole run', () => {

@@ -171,6 +171,8 @@ The checks a JSON schema cannot express. Included by the Deployment, so every re
 {{- if le (mul (int $v.httpRoute.requestTimeoutSeconds) 1000) (int $v.config.requestDeadlineMs) }}
 {{- fail (printf "httpRoute.requestTimeoutSeconds (%d s) must be above config.requestDeadlineMs (%d ms): the Gateway would cut slow disables off with a 504 before the service answers" (int $v.httpRoute.requestTimeoutSeconds) (int $v.config.requestDeadlineMs)) }}
 {{- end }}
+{{- else if $v.httpRoute.clientRateLimit.enabled }}
+{{- fail "httpRoute.clientRateLimit.enabled needs httpRoute.enabled: the BackendTrafficPolicy limits clients on the chart's HTTPRoute" }}
 {{- end }}
 {{- if gt (int $v.config.worker.backoffBaseMs) (int $v.config.worker.backoffMaxMs) }}
 {{- fail "config.worker.backoffBaseMs must not exceed config.worker.backoffMaxMs" }}
@@ -314,6 +316,53 @@ NetworkPolicy egress ports from spendManagement.url and otel.exporterOtlpEndpoin
 {{- 443 }}
 {{- else }}
 {{- 80 }}
+{{- end }}
+{{- end }}
+
+{{/*
+NetworkPolicy peers for a URL's host, when the host itself names the destination: an IP address
+(that address alone), a Service in another namespace (<service>.<namespace>.svc[.<cluster
+domain>]: that namespace) or a bare Service name (the release's own namespace). Any other host
+(an external name) gives no peer. Prints a YAML list.
+*/}}
+{{- define "pas.urlPeers" -}}
+{{- $host := (urlParse .).hostname | lower }}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+){3}$" $host }}
+- ipBlock:
+    cidr: {{ printf "%s/32" $host }}
+{{- else if contains ":" $host }}
+- ipBlock:
+    cidr: {{ printf "%s/128" $host }}
+{{- else if regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $host }}
+- podSelector: {}
+{{- else if regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?\\.svc(\\..+)?\\.?$" $host }}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ index (splitList "." $host) 1 }}
+{{- else }}
+[]
+{{- end }}
+{{- end }}
+
+{{/*
+Fails the render when an egress rule would reach any destination: no `to` peer at all, or an
+ipBlock of a whole address family (/0). Called with (list allowAnyDestination valueName peers
+what).
+*/}}
+{{- define "pas.refuseAnyDestination" -}}
+{{- $allowed := index . 0 }}
+{{- $value := index . 1 }}
+{{- $peers := index . 2 }}
+{{- $what := index . 3 }}
+{{- if not $allowed }}
+{{- if not $peers }}
+{{- fail (printf "%s.to is empty: the NetworkPolicy would allow %s to any destination. Name the destination (ipBlock CIDRs, namespaceSelector and/or podSelector peers), or set networkPolicy.egress.allowAnyDestination=true to allow any destination on purpose" $value $what) }}
+{{- end }}
+{{- range $peers }}
+{{- if and .ipBlock (hasSuffix "/0" .ipBlock.cidr) }}
+{{- fail (printf "%s.to has ipBlock %s, which is any destination for %s. Name the destination's own CIDRs (e.g. the VPC endpoints' subnets), or set networkPolicy.egress.allowAnyDestination=true to allow any destination on purpose" $value .ipBlock.cidr $what) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 
