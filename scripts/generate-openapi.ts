@@ -7,9 +7,9 @@
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { buildApp } from '../src/app.js';
 import { PartnerKeyStore } from '../src/auth/partner-keys.js';
 import { loadConfig } from '../src/config.js';
+import { buildApp } from '../src/http/app.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createMetrics } from '../src/observability/metrics.js';
 

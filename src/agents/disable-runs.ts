@@ -1,6 +1,6 @@
+import { DependencyError } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { AgentRepository, Lease } from '../stores/database.js';
-import { DependencyError } from '../stores/dependency-error.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
 import type { CallOwner } from './spend-scheduler.js';
 

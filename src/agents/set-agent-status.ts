@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api';
+import { DependencyError } from '../observability/dependency-calls.js';
 import type { AgentRepository, AgentStatusView } from '../stores/database.js';
-import { DependencyError } from '../stores/dependency-error.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
 import type { DisableRunner, RunCause, RunEnd } from './disable-runs.js';
 

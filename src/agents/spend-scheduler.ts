@@ -1,4 +1,4 @@
-import { DependencyError } from '../stores/dependency-error.js';
+import { DependencyError } from '../observability/dependency-calls.js';
 
 /** Who a spend-management call is for: a request's run (its network and agent) or the worker's. */
 export interface CallOwner {

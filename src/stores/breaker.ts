@@ -1,7 +1,7 @@
 import CircuitBreaker from 'opossum';
 import type { BreakerSettings } from '../config.js';
+import { DependencyError } from '../observability/dependency-calls.js';
 import { breakerStateValue, type Metrics } from '../observability/metrics.js';
-import { DependencyError } from './dependency-error.js';
 
 export type BreakerName = 'spend_management' | 'redis';
 

@@ -1,6 +1,6 @@
 import { Redis, type Result } from 'ioredis';
+import { DependencyError, redisFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
-import { DependencyError, redisFailure, timedCall } from './dependency-error.js';
 
 /** The key-value store's view of campaigns (docs/interfaces.md §5: hash `campaign:<id>`). */
 export interface CampaignStateStore {

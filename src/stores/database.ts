@@ -11,8 +11,8 @@ import {
 } from 'slonik';
 import { z } from 'zod';
 import { statementClientMarginMs } from '../config.js';
+import { DependencyError, type DependencyFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
-import { DependencyError, type DependencyFailure, timedCall } from './dependency-error.js';
 
 export interface PoolOptions {
   url: string;

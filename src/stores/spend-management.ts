@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Agent } from 'undici';
+import { DependencyError, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
-import { DependencyError, timedCall } from './dependency-error.js';
 
 export interface SpendManagementClient {
   /**

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { buildInertApp, generateOpenApiDocument, openApiDocumentPath, renderOpenApiDocument } from '../../scripts/generate-openapi.js';
-import { problemTypes } from '../../src/errors.js';
+import { problemTypes } from '../../src/http/problems.js';
 import { createSchemaCompiler } from '../support/openapi-validator.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: a parsed JSON document

@@ -1,13 +1,13 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { generateOpenApiDocument } from '../../scripts/generate-openapi.js';
 import { AgentNotInNetwork, type AgentStatusUseCase } from '../../src/agents/set-agent-status.js';
-import { buildApp } from '../../src/app.js';
 import { PartnerKeyStore, parseKeySet } from '../../src/auth/partner-keys.js';
 import { loadConfig } from '../../src/config.js';
-import { problem } from '../../src/errors.js';
+import { buildApp } from '../../src/http/app.js';
+import { problem } from '../../src/http/problems.js';
+import { DependencyError } from '../../src/observability/dependency-calls.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics } from '../../src/observability/metrics.js';
-import { DependencyError } from '../../src/stores/dependency-error.js';
 import {
   attachResponseValidator,
   createResponseValidator,

@@ -271,7 +271,7 @@ export function attachResponseValidator(app: FastifyInstance<any, any, any, any,
     assertNoViolations() {
       if (violations.length > 0) {
         throw new Error(
-          `${violations.length} response(s) disagree with the OpenAPI document (src/routes/*.ts schemas, docs/openapi.json):\n  ${violations.join('\n  ')}`,
+          `${violations.length} response(s) disagree with the OpenAPI document (src/http/routes/*.ts schemas, docs/openapi.json):\n  ${violations.join('\n  ')}`,
         );
       }
     },

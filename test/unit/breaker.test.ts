@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { DependencyError } from '../../src/observability/dependency-calls.js';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { createBreaker } from '../../src/stores/breaker.js';
-import { DependencyError } from '../../src/stores/dependency-error.js';
 
 const settings = {
   consecutiveFailures: 5,

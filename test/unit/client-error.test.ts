@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { createServer as createHttpServer } from 'node:http';
 import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { clientErrorHandler } from '../../src/client-error.js';
+import { clientErrorHandler } from '../../src/http/malformed-http.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { parseRawResponse, rawExchange } from '../support/raw-http.js';
 import { logCapture } from '../support/service.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { problem, problemTypes } from '../../src/errors.js';
+import { problem, problemTypes } from '../../src/http/problems.js';
 
 describe('problem details (RFC 9457)', () => {
   it('builds each kind with a stable type URN, its title and status', () => {

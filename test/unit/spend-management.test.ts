@@ -5,8 +5,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { DependencyError } from '../../src/observability/dependency-calls.js';
 import { createMetrics } from '../../src/observability/metrics.js';
-import { DependencyError } from '../../src/stores/dependency-error.js';
 import { createSpendManagementClient } from '../../src/stores/spend-management.js';
 
 const servers: Server[] = [];

@@ -1,8 +1,8 @@
 import { Type } from '@fastify/type-provider-typebox';
-import { type Problem, type ProblemKind, problem, problemTypes } from '../errors.js';
+import { type Problem, type ProblemKind, problem, problemTypes } from '../problems.js';
 
 /**
- * RFC 9457 problem details as this service sends them (see src/errors.ts). Registered once with
+ * RFC 9457 problem details as this service sends them (see src/http/problems.ts). Registered once with
  * `addSchema` and referenced with `Type.Ref(ProblemSchema)`, so the OpenAPI document holds it once,
  * as `#/components/schemas/Problem`.
  */

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { AgentNotInNetwork, DisableIncomplete, DisableSuperseded, TooManyDisables } from './agents/set-agent-status.js';
-import { DependencyError } from './stores/dependency-error.js';
+import { AgentNotInNetwork, DisableIncomplete, DisableSuperseded, TooManyDisables } from '../agents/set-agent-status.js';
+import { DependencyError } from '../observability/dependency-calls.js';
 
 /**
  * RFC 9457 problem details. Every error the service answers is one of these types; `type` is a

@@ -1,5 +1,5 @@
-import type { PartnerKeyStore } from './auth/partner-keys.js';
-import type { Metrics } from './observability/metrics.js';
+import type { PartnerKeyStore } from '../auth/partner-keys.js';
+import type { Metrics } from '../observability/metrics.js';
 
 const pingTimeoutMs = 1_000;
 

@@ -1,8 +1,8 @@
 import { type FastifyPluginAsyncTypebox, Type } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
-import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
-import { problemDetails } from '../errors.js';
-import type { Metrics } from '../observability/metrics.js';
+import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
+import type { Metrics } from '../../observability/metrics.js';
+import { problemDetails } from '../problems.js';
 import { problemResponse } from './problem-schema.js';
 
 export const agentIdPattern = '^us-east-1:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
@@ -93,7 +93,7 @@ const operationDescription = [
 export interface AgentStatusRouteDeps {
   agentStatus: AgentStatusUseCase;
   metrics: Metrics;
-  /** Authentication and the rate limit (src/routes/partner-guard.ts). */
+  /** Authentication and the rate limit (src/http/partner-guard.ts). */
   guard: onRequestAsyncHookHandler[];
   requestDeadlineMs: number;
 }

@@ -1,4 +1,4 @@
-import type { DependencyName, Metrics } from '../observability/metrics.js';
+import type { DependencyName, Metrics } from './metrics.js';
 
 export type DependencyFailure =
   | 'breaker_open'

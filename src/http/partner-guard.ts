@@ -3,9 +3,9 @@ import { context, ROOT_CONTEXT, trace } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { PartnerKeyStore } from '../auth/partner-keys.js';
-import { problem, problemDetails, sendProblem } from '../errors.js';
+import { redisFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
-import { redisFailure, timedCall } from '../stores/dependency-error.js';
+import { problem, problemDetails, sendProblem } from './problems.js';
 
 export interface GuardSettings {
   keyStore: PartnerKeyStore;

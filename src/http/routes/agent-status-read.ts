@@ -1,7 +1,7 @@
 import { type FastifyPluginAsyncTypebox, Type } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
-import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
-import { problemDetails } from '../errors.js';
+import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
+import { problemDetails } from '../problems.js';
 import { agentIdPattern, exampleAgentId, exampleNetworkId, limitResponses, rateLimitHeaders } from './agent-status.js';
 import { problemResponse } from './problem-schema.js';
 

@@ -93,7 +93,7 @@ type TransformObjectResult = ReturnType<NonNullable<FastifyDynamicSwaggerOptions
  * documents the partner routes only: /livez and /readyz are left out (probes of the cluster, not
  * routed by the ingress, so a partner could never call them). Things every route shares come from
  * here: the security scheme, `x-request-id` as an optional request header and as a header of every
- * response (the onRequest hook of src/app.ts sets it on every answer). Must be registered before
+ * response (the onRequest hook of src/http/app.ts sets it on every answer). Must be registered before
  * the routes it documents. `docs/openapi.json` is the committed copy (npm run openapi).
  */
 // biome-ignore lint/suspicious/noExplicitAny: the plugin takes any logger and type provider
