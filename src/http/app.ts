@@ -1,24 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import underPressure from '@fastify/under-pressure';
 import { trace } from '@opentelemetry/api';
-import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
-import type { Redis } from 'ioredis';
+import Fastify, { LogController } from 'fastify';
 import type { Logger } from 'pino';
-import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
-import type { Partner, PartnerKeyStore } from '../auth/partner-keys.js';
-import type { LimitSettings } from '../config.js';
+import type { Partner } from '../auth/partner-keys.js';
 import type { Metrics } from '../observability/metrics.js';
+import { installAccessLog } from './access-log.js';
 import { clientErrorHandler } from './malformed-http.js';
-import { createPartnerGuard } from './partner-guard.js';
-import { errorHandler, problem, problemDetails, sendProblem } from './problems.js';
-import { agentStatusRoute } from './routes/agent-status.js';
-import { agentStatusReadRoute } from './routes/agent-status-read.js';
-import { healthRoutes } from './routes/health.js';
-import { registerOpenApi } from './routes/openapi.js';
+import { bodyLimitBytes, errorHandler, problem, sendProblem } from './problems.js';
+import { type RouteDeps, registerRoutes } from './route-table.js';
 import { ProblemSchema } from './routes/problem-schema.js';
-import { referencePageRoutes } from './routes/reference-page.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -28,18 +20,10 @@ declare module 'fastify' {
   }
 }
 
-export interface AppDeps {
+export interface AppDeps extends RouteDeps {
   logger: Logger;
-  metrics: Metrics;
-  keyStore: PartnerKeyStore;
-  agentStatus: AgentStatusUseCase;
-  /** Readiness: keys loaded, database reachable, not draining. */
-  isReady: () => Promise<boolean>;
-  /** redis: the rate limit's client, absent when the limit is off (RATE_LIMIT_MAX=0). */
-  limits: LimitSettings & { redis: Redis | undefined; keyPrefix: string };
 }
 
-export const bodyLimitBytes = 16 * 1024;
 const saneRequestId = /^[A-Za-z0-9._:@/+=-]{1,128}$/;
 
 /**
@@ -113,46 +97,7 @@ export async function buildApp(deps: AppDeps) {
     done(null, payload);
   });
 
-  // A flood of bad keys must not become a flood of log lines: 401s are logged at most once a
-  // second (metrics count every one); the next line says how many were left out.
-  let last401Log = 0;
-  let suppressed401 = 0;
-  const suppressedAuthLines = metrics.logLinesSuppressed.labels({ reason: 'auth_failure' });
-  // One histogram child per (method, route, status): prom-client then skips hashing the labels.
-  const durations = new Map<string, { observe: (value: number) => void }>();
-  app.addHook('onResponse', (request, reply, done) => {
-    logResponse(request, reply);
-    done();
-  });
-  function logResponse(request: FastifyRequest, reply: FastifyReply): void {
-    const route = request.routeOptions.url ?? 'unmatched';
-    const statusCode = reply.statusCode;
-    const series = `${request.method} ${route} ${statusCode}`;
-    let duration = durations.get(series);
-    if (!duration) {
-      duration = metrics.httpRequestDuration.labels({ method: request.method, route, status_code: String(statusCode) });
-      durations.set(series, duration);
-    }
-    duration.observe(reply.elapsedTime / 1000);
-    let extra: { suppressedSinceLastLine?: number } = {};
-    if (statusCode === 401) {
-      const now = Date.now();
-      if (now - last401Log < 1_000) {
-        suppressed401 += 1;
-        suppressedAuthLines.inc();
-        return;
-      }
-      last401Log = now;
-      if (suppressed401 > 0) extra = { suppressedSinceLastLine: suppressed401 };
-      suppressed401 = 0;
-    }
-    const probe = route === '/livez' || route === '/readyz';
-    const level = probe ? 'debug' : statusCode >= 500 ? 'error' : 'info';
-    request.log[level](
-      { method: request.method, route, statusCode, durationMs: Math.round(reply.elapsedTime * 10) / 10, ...request.audit, ...extra },
-      'request completed',
-    );
-  }
+  installAccessLog(app, metrics);
 
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((request, reply) =>
@@ -160,61 +105,7 @@ export async function buildApp(deps: AppDeps) {
   );
   app.addSchema(ProblemSchema);
 
-  await registerOpenApi(app);
-  await app.register(referencePageRoutes);
-  await app.register(healthRoutes, { isReady: deps.isReady });
-
-  // The partner API proper: shed under overload (probes, metrics and the API documents never
-  // are), then authentication and the rate limit before anything else of a route runs.
-  await app.register(async (partnerApi) => {
-    await partnerApi.register(underPressure, {
-      maxEventLoopDelay: deps.limits.overloadMaxEventLoopDelayMs,
-      exposeStatusRoute: false,
-      pressureHandler: (request, reply) => {
-        metrics.requestsShed.inc();
-        reply.code(503).type('application/problem+json').header('retry-after', '1');
-        // A value returned here is what the plugin sends (typed as void, it accepts any).
-        return problem('unavailable', problemDetails.unavailable, request.id) as never;
-      },
-    });
-    const guard = await createPartnerGuard(partnerApi, {
-      keyStore,
-      metrics,
-      rateLimitMax: deps.limits.rateLimitMax,
-      rateLimitWindowMs: deps.limits.rateLimitWindowMs,
-      redis: deps.limits.redis,
-      keyPrefix: deps.limits.keyPrefix,
-    });
-    await partnerApi.register(agentStatusRoute, {
-      agentStatus: deps.agentStatus,
-      metrics,
-      guard,
-      requestDeadlineMs: deps.limits.requestDeadlineMs,
-    });
-    await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus, guard });
-  });
-
-  // Known paths answer other methods with 405 and Allow, as problem+json.
-  const allowed: Record<string, string[]> = {
-    '/partner/agents/status': ['POST'],
-    '/partner/agents/:agentId/status': ['GET', 'HEAD'],
-    '/partner/openapi.json': ['GET', 'HEAD'],
-  };
-  for (const [url, methods] of Object.entries(allowed)) {
-    const others = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'].filter((method) => !methods.includes(method));
-    app.route({
-      method: others,
-      url,
-      schema: { hide: true },
-      handler: (request, reply) => {
-        reply.header('allow', methods.join(', '));
-        return sendProblem(
-          reply,
-          problem('methodNotAllowed', `${request.method} is not allowed here; use ${methods.join(' or ')}.`, request.id),
-        );
-      },
-    });
-  }
+  await registerRoutes(app, deps);
 
   return app;
 }

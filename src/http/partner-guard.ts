@@ -5,7 +5,7 @@ import type { Redis } from 'ioredis';
 import type { PartnerKeyStore } from '../auth/partner-keys.js';
 import { redisFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
-import { problem, problemDetails, sendProblem } from './problems.js';
+import { partnerTexts, problem, problemDetails, sendProblem } from './problems.js';
 
 export interface GuardSettings {
   keyStore: PartnerKeyStore;
@@ -43,7 +43,7 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
       authFailures[reason].inc();
       return sendProblem(
         reply,
-        problem('unauthorized', reason === 'missing' ? 'x-api-key header is required' : 'API key is not valid', request.id),
+        problem('unauthorized', reason === 'missing' ? partnerTexts.missingKey : partnerTexts.unknownKey, request.id),
       );
     }
     metrics.partnerRequestsAuthenticated.inc({ partner: partner.name });

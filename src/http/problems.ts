@@ -74,13 +74,21 @@ export const problemDetails = {
   unavailable: 'The service is overloaded or shutting down. Repeat the request after the number of seconds in Retry-After.',
 } as const;
 
-/** Raised by the auth hook; carries no trace of the key that was presented. */
-export class Unauthorized extends Error {
-  override readonly name = 'Unauthorized';
-  constructor(readonly reason: 'missing' | 'unknown') {
-    super(reason === 'missing' ? 'x-api-key header is required' : 'API key is not valid');
-  }
-}
+/** The largest request body the partner API reads. */
+export const bodyLimitBytes = 16 * 1024;
+
+/**
+ * The partner-facing texts that more than one place says (answers, the OpenAPI document's
+ * examples), defined once. None of them ever holds what the partner sent.
+ */
+export const partnerTexts = {
+  missingKey: 'x-api-key header is required',
+  unknownKey: 'API key is not valid',
+  notInNetwork: 'No agent with this agentId exists in your network.',
+  bodyTooLarge: `The request body must be at most ${bodyLimitBytes / 1024} KiB.`,
+  tooManyDisables: (limit: number) =>
+    `Your network already has ${limit} agents being disabled. Repeat the request after the number of seconds in Retry-After.`,
+} as const;
 
 interface AjvError {
   keyword: string;
@@ -116,15 +124,10 @@ function validationDetail(error: FastifyError, request: FastifyRequest): string 
 /** A problem for a domain error, or undefined when the error is not one of the domain's. */
 function domainProblem(error: unknown, request: FastifyRequest, reply: FastifyReply): Problem | undefined {
   const id = request.id;
-  if (error instanceof Unauthorized) return problem('unauthorized', error.message, id);
-  if (error instanceof AgentNotInNetwork) return problem('notFound', 'No agent with this agentId exists in your network.', id);
+  if (error instanceof AgentNotInNetwork) return problem('notFound', partnerTexts.notInNetwork, id);
   if (error instanceof TooManyDisables) {
     reply.header('retry-after', '1');
-    return problem(
-      'tooManyDisables',
-      `Your network already has ${error.limit} agents being disabled. Repeat the request after the number of seconds in Retry-After.`,
-      id,
-    );
+    return problem('tooManyDisables', partnerTexts.tooManyDisables(error.limit), id);
   }
   if (error instanceof DisableSuperseded) {
     return problem('superseded', problemDetails.superseded, id, { pausedCampaignCount: error.pausedCampaignCount });
@@ -165,7 +168,7 @@ function domainProblem(error: unknown, request: FastifyRequest, reply: FastifyRe
 
 const frameworkProblems: Record<string, [ProblemKind, string]> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: ['unsupportedMediaType', 'Content-Type must be application/json.'],
-  FST_ERR_CTP_BODY_TOO_LARGE: ['payloadTooLarge', 'The request body must be at most 16 KiB.'],
+  FST_ERR_CTP_BODY_TOO_LARGE: ['payloadTooLarge', partnerTexts.bodyTooLarge],
   FST_ERR_CTP_EMPTY_JSON_BODY: ['validation', 'body must be a JSON object'],
   FST_ERR_CTP_INVALID_JSON_BODY: ['validation', 'body is not valid JSON'],
   FST_ERR_BAD_URL: ['validation', 'The request URL is malformed.'],

@@ -1,23 +1,7 @@
-import { type FastifyPluginAsyncTypebox, Type } from '@fastify/type-provider-typebox';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
 import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
-import { problemDetails } from '../problems.js';
-import { agentIdPattern, exampleAgentId, exampleNetworkId, limitResponses, rateLimitHeaders } from './agent-status.js';
-import { problemResponse } from './problem-schema.js';
-
-const AgentStatusView = Type.Object(
-  {
-    agentId: Type.String({ pattern: agentIdPattern, description: 'The agent, `us-east-1:<uuid>`.' }),
-    networkId: Type.String({ format: 'uuid', description: 'The network of your API key.' }),
-    enabled: Type.Boolean({ description: "The agent's approval (`agentApproved`)." }),
-    activeUnpausedCampaignCount: Type.Integer({ minimum: 0, description: 'Campaigns of the agent that are active and not paused.' }),
-    disableInProgress: Type.Boolean({
-      description:
-        'true while an accepted disable is still pausing campaigns (the service finishes it by itself); false once it is done or superseded by an enable.',
-    }),
-  },
-  { additionalProperties: false },
-);
+import { readAgentStatusDocumentation } from './agent-status-read.schema.js';
 
 export interface AgentStatusReadRouteDeps {
   agentStatus: AgentStatusUseCase;
@@ -30,77 +14,7 @@ export const agentStatusReadRoute: FastifyPluginAsyncTypebox<AgentStatusReadRout
     '/partner/agents/:agentId/status',
     {
       onRequest: guard,
-      schema: {
-        operationId: 'getAgentStatus',
-        summary: 'Read the status of an agent of your network',
-        description:
-          "The agent's approval, how many of its campaigns are active and unpaused, and whether a disable is still in progress. " +
-          'The agent id goes in the path as is (`us-east-1:<uuid>`, the colon may be percent-encoded as `%3A`). ' +
-          'Same key rules as the status change: an agent of another network gets a 404 identical to the one for an agent that does not exist.',
-        tags: ['Agents'],
-        security: [{ apiKey: [] }],
-        params: Type.Object({
-          agentId: Type.String({ pattern: agentIdPattern, description: 'The agent, `us-east-1:<uuid>`.', examples: [exampleAgentId] }),
-        }),
-        response: {
-          200: {
-            description: "The agent's status.",
-            headers: rateLimitHeaders,
-            content: {
-              'application/json': {
-                schema: AgentStatusView,
-                examples: {
-                  disabling: {
-                    summary: 'A disable still pausing campaigns',
-                    value: {
-                      agentId: exampleAgentId,
-                      networkId: exampleNetworkId,
-                      enabled: false,
-                      activeUnpausedCampaignCount: 40,
-                      disableInProgress: true,
-                    },
-                  },
-                  disabled: {
-                    summary: 'Disabled, every campaign paused',
-                    value: {
-                      agentId: exampleAgentId,
-                      networkId: exampleNetworkId,
-                      enabled: false,
-                      activeUnpausedCampaignCount: 0,
-                      disableInProgress: false,
-                    },
-                  },
-                },
-              },
-            },
-          },
-          400: problemResponse(400, 'The agent id in the path is not of the form `us-east-1:<uuid>`.', {
-            malformedAgentId: {
-              summary: 'agentId not of the form us-east-1:<uuid>',
-              kind: 'validation',
-              detail: 'agentId must have the form us-east-1:<uuid> (lowercase hexadecimal)',
-            },
-          }),
-          401: problemResponse(401, 'The `x-api-key` header is missing or holds no valid key.', {
-            missing: { summary: 'No x-api-key header', kind: 'unauthorized', detail: 'x-api-key header is required' },
-          }),
-          404: problemResponse(
-            404,
-            'No agent with this `agentId` exists in your network (byte for byte the same whether it exists elsewhere or nowhere).',
-            {
-              notInNetwork: {
-                summary: 'Agent not in your network',
-                kind: 'notFound',
-                detail: 'No agent with this agentId exists in your network.',
-              },
-            },
-          ),
-          ...limitResponses,
-          500: problemResponse(500, 'The database did not answer. Repeat the request.', {
-            databaseUnavailable: { summary: 'The database did not answer', kind: 'dependencyFailure', detail: problemDetails.database },
-          }),
-        },
-      },
+      ...readAgentStatusDocumentation(),
     },
     async (request) => {
       const { agentId } = request.params;

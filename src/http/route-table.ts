@@ -1,0 +1,101 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import underPressure from '@fastify/under-pressure';
+import type { FastifyInstance, RawServerDefault } from 'fastify';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
+import type { PartnerKeyStore } from '../auth/partner-keys.js';
+import type { LimitSettings } from '../config.js';
+import type { Metrics } from '../observability/metrics.js';
+import { createPartnerGuard } from './partner-guard.js';
+import { problem, problemDetails, sendProblem } from './problems.js';
+import { agentStatusRoute } from './routes/agent-status.js';
+import { agentStatusReadRoute } from './routes/agent-status-read.js';
+import { healthRoutes } from './routes/health.js';
+import { registerOpenApi } from './routes/openapi.js';
+import { referencePageRoutes } from './routes/reference-page.js';
+
+export type HttpApp = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, Logger, TypeBoxTypeProvider>;
+
+/** What the routes need from the rest of the service. */
+export interface RouteDeps {
+  metrics: Metrics;
+  keyStore: PartnerKeyStore;
+  agentStatus: AgentStatusUseCase;
+  /** Readiness: keys loaded, database reachable, not draining. */
+  isReady: () => Promise<boolean>;
+  /** redis: the rate limit's client, absent when the limit is off (RATE_LIMIT_MAX=0). */
+  limits: LimitSettings & { redis: Redis | undefined; keyPrefix: string };
+}
+
+/** The methods a path that exists but does not serve them answers with 405 and Allow. */
+const answerableMethods = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
+
+/**
+ * The whole route table, in one place: the API documents, the probes, then the partner API under
+ * load shedding, authentication and the rate limit. Every other method on a path of the table is
+ * answered 405 with Allow, derived from the routes registered here (never a list kept by hand).
+ */
+export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<void> {
+  const { metrics, keyStore } = deps;
+  const served = new Map<string, Set<string>>();
+  app.addHook('onRoute', (route) => {
+    if (route.url.includes('*')) return; // static assets: no 405 for a wildcard
+    const methods = served.get(route.url) ?? new Set<string>();
+    for (const method of [route.method].flat()) methods.add(method);
+    served.set(route.url, methods);
+  });
+
+  await registerOpenApi(app);
+  await app.register(referencePageRoutes);
+  await app.register(healthRoutes, { isReady: deps.isReady });
+
+  // The partner API proper: shed under overload (probes, metrics and the API documents never
+  // are), then authentication and the rate limit before anything else of a route runs.
+  await app.register(async (partnerApi) => {
+    await partnerApi.register(underPressure, {
+      maxEventLoopDelay: deps.limits.overloadMaxEventLoopDelayMs,
+      exposeStatusRoute: false,
+      pressureHandler: (request, reply) => {
+        metrics.requestsShed.inc();
+        reply.code(503).type('application/problem+json').header('retry-after', '1');
+        // A value returned here is what the plugin sends (typed as void, it accepts any).
+        return problem('unavailable', problemDetails.unavailable, request.id) as never;
+      },
+    });
+    const guard = await createPartnerGuard(partnerApi, {
+      keyStore,
+      metrics,
+      rateLimitMax: deps.limits.rateLimitMax,
+      rateLimitWindowMs: deps.limits.rateLimitWindowMs,
+      redis: deps.limits.redis,
+      keyPrefix: deps.limits.keyPrefix,
+    });
+    await partnerApi.register(agentStatusRoute, {
+      agentStatus: deps.agentStatus,
+      metrics,
+      guard,
+      requestDeadlineMs: deps.limits.requestDeadlineMs,
+    });
+    await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus, guard });
+  });
+
+  for (const [url, methods] of served) {
+    const allowed = answerableMethods.filter((method) => methods.has(method));
+    const others = answerableMethods.filter((method) => !methods.has(method));
+    if (others.length === 0) continue;
+    app.route({
+      method: others,
+      url,
+      schema: { hide: true },
+      handler: (request, reply) => {
+        reply.header('allow', allowed.join(', '));
+        return sendProblem(
+          reply,
+          problem('methodNotAllowed', `${request.method} is not allowed here; use ${allowed.join(' or ')}.`, request.id),
+        );
+      },
+    });
+  }
+}

@@ -1,0 +1,213 @@
+// The documentation of POST /partner/agents/status: its schemas, examples and texts, as the
+// OpenAPI document and the reference page show them. The handler is agent-status.ts.
+import { type FastifyPluginAsyncTypebox, Type } from '@fastify/type-provider-typebox';
+import { bodyLimitBytes, partnerTexts, problemDetails } from '../problems.js';
+import { problemResponse } from './problem-schema.js';
+
+export const agentIdPattern = '^us-east-1:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
+
+// Documentation only (the examples of the OpenAPI document); none of this is read at run time.
+export const exampleAgentId = 'us-east-1:3f1c2b9e-5d4a-4e8f-9a7b-1c2d3e4f5a6b';
+export const exampleNetworkId = '8d2f6a4c-1b3e-4f5a-9c7d-0e1f2a3b4c5d';
+
+// Response headers as @fastify/swagger takes them: one schema each (it wraps them for OpenAPI).
+const retryAfterHeader = {
+  'retry-after': { type: 'string', pattern: '^[1-9][0-9]*$', description: 'Seconds to wait before repeating the request.' },
+};
+export const rateLimitHeaders = {
+  'ratelimit-policy': {
+    type: 'string',
+    description: 'The IETF draft RateLimit-Policy field, `"partner";q=<requests>;w=<window seconds>`, while a rate limit is configured.',
+  },
+  ratelimit: {
+    type: 'string',
+    description: 'The IETF draft RateLimit field, `"partner";r=<requests left>;t=<seconds until the window resets>`.',
+  },
+};
+
+/** The statuses every partner route shares beyond its own: the limits of docs/interfaces.md §10. */
+export const limitResponses = {
+  429: problemResponse(
+    429,
+    'Your network has used up its requests for this window (rate limit, counted across all replicas), or, on a disable, already has the maximum number of agents being disabled at once. Nothing was changed. Wait for `Retry-After` seconds.',
+    {
+      rateLimited: { summary: 'Rate limit exceeded', kind: 'rateLimited', detail: problemDetails.rateLimited },
+      tooManyDisables: {
+        summary: 'Too many disables in flight',
+        kind: 'tooManyDisables',
+        detail: partnerTexts.tooManyDisables(8),
+      },
+    },
+    { ...retryAfterHeader, ...rateLimitHeaders },
+  ),
+  503: problemResponse(
+    503,
+    'The service is overloaded or shutting down. Nothing was changed. Repeat after `Retry-After` seconds.',
+    {
+      unavailable: { summary: 'Shedding load', kind: 'unavailable', detail: problemDetails.unavailable },
+    },
+    retryAfterHeader,
+  ),
+};
+
+export const AgentStatusRequest = Type.Object(
+  {
+    agentId: Type.String({
+      pattern: agentIdPattern,
+      description: 'Agent to update, `us-east-1:<uuid>`; must belong to your network.',
+      examples: [exampleAgentId],
+    }),
+    enabled: Type.Boolean({ description: '`false` disables the agent and pauses its campaigns; `true` enables it and resumes nothing.' }),
+  },
+  { additionalProperties: false, description: 'The agent and the state to set: exactly these two properties, anything else is a 400.' },
+);
+
+export const AgentStatusResponse = Type.Object(
+  {
+    agentId: Type.String({ pattern: agentIdPattern, description: 'The agent you updated, `us-east-1:<uuid>`.' }),
+    networkId: Type.String({ format: 'uuid', description: 'The network of your API key.' }),
+    enabled: Type.Boolean({ description: 'The resulting state: `false` after a disable, `true` after an enable.' }),
+    pausedCampaignCount: Type.Integer({
+      minimum: 0,
+      description:
+        'Campaigns this call moved from unpaused to paused; `0` on enable, and `0` when a repeated disable finds nothing left to pause.',
+    }),
+  },
+  { additionalProperties: false },
+);
+
+const operationDescription = [
+  'Sets the approval of one agent of your network. The network is always the one your API key is bound to; it is never taken from the request.',
+  '',
+  '- `enabled: false` disables the agent: `agentApproved` becomes `false`, then every active, currently unpaused campaign of the agent is paused in every system that holds campaign state (the relational database, the spending periods of the spend-management system and the key-value store). `pausedCampaignCount` is the number of campaigns this call paused.',
+  '- `enabled: true` enables the agent: `agentApproved` becomes `true`. No campaign is resumed: campaigns paused by an earlier disable stay paused until the agent (once approved again) or a manager resumes them. `pausedCampaignCount` is `0`.',
+  '',
+  'An agent that is not in your network gets a 404 identical to the one for an agent that does not exist at all.',
+  '',
+  'A disable the service has accepted is never lost. When it cannot pause every campaign within the request (a system holding campaign state failed or did not confirm some campaigns, or the work takes longer than the request may), it answers 500 with `pausedCampaignCount` and `remainingCampaignCount`, and goes on pausing the rest by itself: `GET /partner/agents/{agentId}/status` shows the progress. Repeating the request is always safe.',
+  '',
+  'An enable answered after a disable was requested supersedes it: that disable stops pausing and answers 409.',
+].join('\n');
+
+/** The route's schema and OpenAPI settings. */
+export function setAgentStatusDocumentation() {
+  return {
+    schema: {
+      operationId: 'setAgentStatus',
+      summary: 'Enable or disable an agent of your network',
+      description: operationDescription,
+      tags: ['Agents'],
+      security: [{ apiKey: [] }],
+      body: AgentStatusRequest,
+      response: {
+        200: {
+          description: 'The agent now has the requested state. Also the answer to a repeated request.',
+          headers: rateLimitHeaders,
+          content: {
+            'application/json': {
+              schema: AgentStatusResponse,
+              examples: {
+                disabled: {
+                  summary: 'Disable: three campaigns paused',
+                  value: { agentId: exampleAgentId, networkId: exampleNetworkId, enabled: false, pausedCampaignCount: 3 },
+                },
+                enabled: {
+                  summary: 'Enable: nothing resumed',
+                  value: { agentId: exampleAgentId, networkId: exampleNetworkId, enabled: true, pausedCampaignCount: 0 },
+                },
+              },
+            },
+          },
+        },
+        400: problemResponse(
+          400,
+          'The body is not a JSON object with exactly `agentId` (`us-east-1:<uuid>`) and `enabled` (boolean), or is not valid JSON. Nothing was changed.',
+          {
+            unknownProperty: {
+              summary: 'A property other than agentId and enabled',
+              kind: 'validation',
+              detail: 'unknown property "networkId"; only agentId and enabled are accepted',
+            },
+            malformedAgentId: {
+              summary: 'agentId not of the form us-east-1:<uuid>',
+              kind: 'validation',
+              detail: 'agentId must have the form us-east-1:<uuid> (lowercase hexadecimal)',
+            },
+            wrongType: { summary: 'enabled given as a string', kind: 'validation', detail: 'enabled must be of type boolean' },
+            malformedJson: { summary: 'A body that is not valid JSON', kind: 'validation', detail: 'body is not valid JSON' },
+          },
+        ),
+        401: problemResponse(
+          401,
+          'The `x-api-key` header is missing or holds no valid key. Checked before anything else, whatever the body.',
+          {
+            missing: { summary: 'No x-api-key header', kind: 'unauthorized', detail: partnerTexts.missingKey },
+            unknown: { summary: 'A key that is not valid', kind: 'unauthorized', detail: partnerTexts.unknownKey },
+          },
+        ),
+        404: problemResponse(
+          404,
+          'No agent with this `agentId` exists in your network. An agent of another network gets exactly this answer, byte for byte apart from the request id. Nothing was changed.',
+          {
+            notInNetwork: {
+              summary: 'Agent not in your network',
+              kind: 'notFound',
+              detail: partnerTexts.notInNetwork,
+            },
+          },
+        ),
+        413: problemResponse(413, `The body is larger than ${bodyLimitBytes / 1024} KiB. Nothing was changed.`, {
+          tooLarge: { summary: `Body over ${bodyLimitBytes / 1024} KiB`, kind: 'payloadTooLarge', detail: partnerTexts.bodyTooLarge },
+        }),
+        415: problemResponse(415, 'The `Content-Type` is not `application/json`. Nothing was changed.', {
+          notJson: {
+            summary: 'Content-Type other than JSON',
+            kind: 'unsupportedMediaType',
+            detail: 'Content-Type must be application/json.',
+          },
+        }),
+        409: problemResponse(
+          409,
+          'An enable of this agent was answered after this disable was requested: the disable stopped pausing campaigns (`pausedCampaignCount` says how many it paused before). The agent is enabled.',
+          {
+            superseded: {
+              summary: 'Superseded by a later enable',
+              kind: 'superseded',
+              detail: problemDetails.superseded,
+              extension: { pausedCampaignCount: 12 },
+            },
+          },
+        ),
+        ...limitResponses,
+        500: problemResponse(
+          500,
+          'The request did not complete. On a disable whose agent is already disabled, `pausedCampaignCount` and `remainingCampaignCount` say how far it got, and the service goes on pausing the rest by itself (the status endpoint shows the progress). Repeating the request is always safe.',
+          {
+            pauseNotConfirmed: {
+              summary: 'A system holding campaign state did not confirm every pause',
+              kind: 'dependencyFailure',
+              detail: problemDetails.pause,
+              extension: { pausedCampaignCount: 200, remainingCampaignCount: 40 },
+            },
+            deadline: {
+              summary: 'Pausing takes longer than one request may',
+              kind: 'dependencyFailure',
+              detail: problemDetails.deadline,
+              extension: { pausedCampaignCount: 9000, remainingCampaignCount: 3000 },
+            },
+            databaseUnavailable: { summary: 'The database did not answer', kind: 'dependencyFailure', detail: problemDetails.database },
+            unexpected: { summary: 'An unexpected error', kind: 'internal', detail: 'An unexpected error occurred.' },
+          },
+        ),
+      },
+    },
+    config: {
+      openapi: {
+        requestBodyExamples: {
+          disable: { summary: 'Disable an agent and pause its campaigns', value: { agentId: exampleAgentId, enabled: false } },
+          enable: { summary: 'Enable an agent (resumes nothing)', value: { agentId: exampleAgentId, enabled: true } },
+        },
+      },
+    },
+  };
+}
