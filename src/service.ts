@@ -12,6 +12,7 @@ import { buildApp } from './http/app.js';
 import { createReadiness } from './http/readiness.js';
 import { createMetrics } from './observability/metrics.js';
 import { createMetricsServer } from './observability/metrics-server.js';
+import { Resources } from './resources.js';
 import { createBreaker } from './stores/breaker.js';
 import { type CampaignStateStore, createRedisCampaignState } from './stores/campaign-state.js';
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
@@ -27,29 +28,6 @@ export interface ServiceOptions {
 }
 
 /**
- * Resources the service owns, released in reverse order of acquisition: on close, and on every
- * path of a start that fails half way.
- */
-class Resources {
-  private readonly releases: Array<{ name: string; release: () => unknown }> = [];
-
-  own<T>(name: string, resource: T, release: (resource: T) => unknown): T {
-    this.releases.push({ name, release: () => release(resource) });
-    return resource;
-  }
-
-  async releaseAll(log: Logger): Promise<void> {
-    for (const { name, release } of this.releases.splice(0).reverse()) {
-      try {
-        await release();
-      } catch (error) {
-        log.warn({ resource: name, reason: (error as Error).message }, 'resource did not close cleanly');
-      }
-    }
-  }
-}
-
-/**
  * Wires the service from its configuration: the one place where stores, breakers, the key source,
  * the worker and the app meet. main.ts, npm run dev and the integration tests all start the service
  * through here, so tests exercise the production wiring.
@@ -60,7 +38,7 @@ export async function createService(config: Config, options: ServiceOptions) {
   try {
     return await assemble(config, options, resources);
   } catch (error) {
-    await resources.releaseAll(logger);
+    await resources.releaseAll(warnOf(logger));
     throw error;
   }
 }
@@ -224,7 +202,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
         }
         clearTimeout(timer);
         await runner.idle();
-        await resources.releaseAll(logger);
+        await resources.releaseAll(warnOf(logger));
       })();
       return closing;
     },
@@ -232,6 +210,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 }
 
 export type Service = Awaited<ReturnType<typeof createService>>;
+
+const warnOf = (log: Logger) => (resource: string, reason: string) => log.warn({ resource, reason }, 'resource did not close cleanly');
 
 /**
  * Calls of one network waiting for a spend-management slot, at most: far above what its runs can

@@ -458,6 +458,6 @@ export function describeCause(cause: RunCause): string {
   }
 }
 
-export function toDependencyError(error: unknown): DependencyError {
+function toDependencyError(error: unknown): DependencyError {
   return error instanceof DependencyError ? error : new DependencyError('postgres', 'error', (error as Error).name ?? 'error');
 }

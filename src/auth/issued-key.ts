@@ -11,7 +11,7 @@ import { crc32 } from 'node:zlib';
  * double-click selects the whole key. The checksum adds no secrecy; it lets a tool tell a real key
  * from a random string of the same shape without asking anyone.
  */
-export const issuedKeyPrefix = 'pas_';
+const issuedKeyPrefix = 'pas_';
 const base62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 const randomLength = 32;
 const checksumLength = 6;

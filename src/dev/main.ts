@@ -5,6 +5,7 @@
 //
 // Everything runs in this one process. Each resource is released in reverse order of its start,
 // on SIGINT and SIGTERM and on a failed start alike, so nothing is left listening or on disk.
+
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,6 +16,7 @@ import { issueKey } from '../auth/issued-key.js';
 import { loadConfig } from '../config.js';
 import { migrate } from '../db/migrate.js';
 import { createLogger } from '../observability/logger.js';
+import { Resources } from '../resources.js';
 import { createService } from '../service.js';
 import { createSpendSimulator } from '../spend-simulator/simulator.js';
 import { createInMemoryCampaignState } from './in-memory-campaign-state.js';
@@ -26,37 +28,25 @@ const databasePort = Number(process.env.DEV_DATABASE_PORT ?? 54329);
 const simulatorPort = Number(process.env.DEV_SIMULATOR_PORT ?? 8081);
 
 /** What has been started, newest last; released newest first. */
-const releases: Array<{ name: string; release: () => unknown }> = [];
-
-async function releaseAll(): Promise<boolean> {
-  let clean = true;
-  for (const { name, release } of releases.splice(0).reverse()) {
-    try {
-      await release();
-    } catch (error) {
-      clean = false;
-      process.stderr.write(`npm run dev: could not stop ${name}: ${(error as Error).message}\n`);
-    }
-  }
-  return clean;
-}
+const resources = new Resources();
+const releaseAll = () => resources.releaseAll((name, reason) => process.stderr.write(`npm run dev: could not stop ${name}: ${reason}\n`));
 
 async function start() {
   const db = await PGlite.create();
-  releases.push({ name: 'PGlite', release: () => db.close() });
+  resources.own('PGlite', db, (pglite) => pglite.close());
   const databaseServer = new PGLiteSocketServer({ db, host: '127.0.0.1', port: databasePort, maxConnections: 4 });
   await databaseServer.start();
-  releases.push({ name: 'the PGlite socket server', release: () => databaseServer.stop() });
+  resources.own('the PGlite socket server', databaseServer, (server) => server.stop());
   const databaseUrl = `postgres://postgres@127.0.0.1:${databasePort}/postgres?sslmode=disable`;
   await migrate(databaseUrl);
   const demo = await withClient(databaseUrl, seedDemo);
 
   const simulator = createSpendSimulator();
   await simulator.listen({ port: simulatorPort, host: '127.0.0.1' });
-  releases.push({ name: 'the simulator', release: () => simulator.close() });
+  resources.own('the simulator', simulator, (sim) => sim.close());
 
   const keysDir = mkdtempSync(join(tmpdir(), 'partner-agent-status-dev-'));
-  releases.push({ name: 'the key directory', release: () => rmSync(keysDir, { recursive: true, force: true }) });
+  resources.own('the key directory', keysDir, (dir) => rmSync(dir, { recursive: true, force: true }));
   const demoKey = issueKey();
   writeFileSync(
     join(keysDir, 'partner-keys.json'),
@@ -80,7 +70,7 @@ async function start() {
   });
   const logger = createLogger(config.logLevel);
   const service = await createService(config, { logger, campaignState: createInMemoryCampaignState() });
-  releases.push({ name: 'the service', release: () => service.close() });
+  resources.own('the service', service, (svc) => svc.close());
   await service.app.listen({ port: config.port, host: config.host });
   await service.metricsServer.listen({ port: config.metricsPort, host: config.host });
   printWelcome(`http://127.0.0.1:${config.port}`, `http://127.0.0.1:${config.metricsPort}`, demoKey, demo);

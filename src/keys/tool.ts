@@ -14,7 +14,7 @@ import { keySetFile } from './key-set-file.js';
 import { keySetSecret } from './key-set-secret.js';
 import type { KeySetStorage } from './key-set-storage.js';
 
-export const usage = `usage: npm run keys -- <command> (--file <path> | --secret-id <name or ARN>) [options]
+const usage = `usage: npm run keys -- <command> (--file <path> | --secret-id <name or ARN>) [options]
   issue  --network <uuid> --name <label> [--expires-at <RFC 3339>] [--raw]
          adds a new key (stored as its SHA-256 unless --raw) and prints it once, on stdout
   list   prints fingerprint, name, network, expiry and storage of every key; never a key

@@ -13,7 +13,7 @@ export type BreakerState = 'closed' | 'half_open' | 'open';
 export const breakerStateValue: Record<BreakerState, number> = { closed: 0, half_open: 1, open: 2 };
 
 /** How far ahead `partner_keys_expiring_soon` looks (CONTRACT.md section 12). */
-export const keyExpiryWarningMs = 14 * 24 * 3600 * 1000;
+const keyExpiryWarningMs = 14 * 24 * 3600 * 1000;
 
 // 5 ms to 5 s, with enough resolution around the p99 objective (250 ms) to alert on it.
 const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];

@@ -13,7 +13,7 @@ export interface CampaignStateStore {
   close(): Promise<void>;
 }
 
-export const campaignKey = (campaignId: string) => `campaign:${campaignId}`;
+const campaignKey = (campaignId: string) => `campaign:${campaignId}`;
 
 /**
  * Sets `paused` = `1` on every key (a campaign hash) and answers, per key, 1 when Redis did, 0 when

@@ -50,7 +50,7 @@ export const limitResponses = {
   ),
 };
 
-export const AgentStatusRequest = Type.Object(
+const AgentStatusRequest = Type.Object(
   {
     agentId: Type.String({
       pattern: agentIdPattern,
@@ -62,7 +62,7 @@ export const AgentStatusRequest = Type.Object(
   { additionalProperties: false, description: 'The agent and the state to set: exactly these two properties, anything else is a 400.' },
 );
 
-export const AgentStatusResponse = Type.Object(
+const AgentStatusResponse = Type.Object(
   {
     agentId: Type.String({ pattern: agentIdPattern, description: 'The agent you updated, `us-east-1:<uuid>`.' }),
     networkId: Type.String({ format: 'uuid', description: 'The network of your API key.' }),

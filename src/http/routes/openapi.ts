@@ -19,7 +19,7 @@ declare module 'fastify' {
 }
 
 /** The path prefix the ingress routes to the service; nothing else is partner API. */
-export const partnerPathPrefix = '/partner/';
+const partnerPathPrefix = '/partner/';
 export const openApiPath = '/partner/openapi.json';
 
 const requestIdDescription =

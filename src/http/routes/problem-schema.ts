@@ -40,7 +40,7 @@ export const ProblemSchema = Type.Object(
 );
 
 /** The request id the documentation's examples carry. */
-export const exampleRequestId = '5b0e8c1d-2f47-4a36-9e1b-7d3c6a9f0e42';
+const exampleRequestId = '5b0e8c1d-2f47-4a36-9e1b-7d3c6a9f0e42';
 
 export interface ProblemExample {
   summary: string;

@@ -5,7 +5,7 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import { openApiPath } from './openapi.js';
 
 /** Where partners read the API: `GET /partner/docs` (it redirects to `/partner/docs/`). */
-export const referencePagePath = '/partner/docs';
+const referencePagePath = '/partner/docs';
 const scriptPath = `${referencePagePath}/js/scalar.js`;
 
 /** Scalar's in-browser renderer, configured so that nothing leaves the partner's browser for a third party. */
