@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { createConvergenceWorker } from './agents/convergence-worker.js';
-import { DisableRunner, maxBatchSize } from './agents/disable-runs.js';
+import { DisableRunner, maxBatchSize, readAheadSize } from './agents/disable-runs.js';
 import { createAgentStatusUseCase } from './agents/set-agent-status.js';
 import { SpendScheduler } from './agents/spend-scheduler.js';
 import { createKeySource } from './auth/configured-key-source.js';
@@ -144,7 +144,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     queue,
     runner,
     disablesInFlightPerNetwork: config.limits.disablesInFlightPerNetwork,
-    batchSize: maxBatchSize,
+    readAhead: readAheadSize({ batchSize: maxBatchSize, batchesInFlight: config.pipeline.batchesInFlight }),
   });
   const worker = createConvergenceWorker({ stores: workerStores, runner, settings: config.worker, owner, metrics, log: logger });
 
@@ -162,13 +162,20 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   worker.start();
 
   let closing: Promise<void> | undefined;
+  // The service's one seam, for main.ts, npm run dev and the tests: the servers to listen on, and
+  // what an operator's view or a test needs to look at or nudge (metrics, the key store and
+  // source, the worker and the runner, the breakers). Nothing else of the wiring leaks out.
   return {
+    /** The partner API and probes (listen on PORT). */
     app,
+    /** Prometheus /metrics (listen on METRICS_PORT). */
     metricsServer,
     metrics,
     keyStore,
     keySource,
+    /** The convergence worker: pollNow() runs one poll at once. */
     worker,
+    /** The disable runs of this replica: active(agentId), idle(), settled(). */
     runner,
     breakers: { spendManagement: spendBreaker.breaker, redis: redisBreaker.breaker },
     /** Readiness turns 503 so endpoints stop routing here; requests are still served. */

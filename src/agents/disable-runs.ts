@@ -71,7 +71,7 @@ export interface RunRequest {
   stores: RunStores;
   /** Whether agent_approved = false is known to be committed (by the request's own statement). */
   flagged: boolean;
-  /** Read by the statement that claimed the row (up to batchSize + 1 ids); otherwise the run reads its own. */
+  /** Read by the statement that claimed the row (up to readAheadSize + 1 ids); otherwise the run reads its own. */
   firstBatch?: string[];
   /** Epoch ms by which the run stops starting batches (the request's deadline). */
   stopAt: number;
@@ -322,36 +322,46 @@ export class DisableRunner {
     };
 
     const inFlight = new Set<Promise<void>>();
+    // Campaigns are read a chunk at a time (the batches one run may have in flight, plus one id that
+    // tells whether more follow), then cut into batches: one read serves up to `batchesInFlight`
+    // calls, so reads never starve the pipeline nor crowd the pool.
+    const chunkSize = readAheadSize(this.settings);
     let next = request.firstBatch;
     const passesLeft = !lostClaim && !failure && !stopped;
     // Two passes at most: a campaign committed while the flag statement waited for it (the
     // restriction trigger makes them wait for each other) can sort before the first pass's cursor.
     for (let pass = 0; pass < 2 && passesLeft; pass += 1) {
       let cursor: string | null = null;
-      // Each read asks for one campaign more than a batch: when it is not there, the batch was the
-      // last one and no statement is needed to find that out.
+      let batches: string[][] = [];
+      // Set when a read returned no more than asked for: no statement is needed to find that out.
       let exhausted = false;
       try {
         for (;;) {
           while (inFlight.size >= batchesInFlight) await Promise.race(inFlight);
-          if (failure || lostClaim || exhausted || stopped) break;
+          if (failure || lostClaim || stopped) break;
           const stop = this.stopReason(request.stopAt);
           if (stop) {
             stopped = stop;
             break;
           }
-          let ids: string[];
-          if (next) {
-            ids = next;
-            next = undefined;
-          } else {
-            ids = await agents.nextBatch(agentId, cursor, batchSize + 1);
+          if (batches.length === 0) {
+            if (exhausted) break;
+            let ids: string[];
+            if (next) {
+              ids = next;
+              next = undefined;
+            } else {
+              ids = await agents.nextBatch(agentId, cursor, chunkSize + 1);
+            }
+            exhausted = ids.length <= chunkSize;
+            if (!exhausted) ids = ids.slice(0, chunkSize);
+            if (ids.length === 0) break;
+            cursor = ids.at(-1)!;
+            batches = [];
+            for (let at = 0; at < ids.length; at += batchSize) batches.push(ids.slice(at, at + batchSize));
           }
-          if (ids.length === 0) break;
-          exhausted = ids.length <= batchSize;
-          if (!exhausted) ids = ids.slice(0, batchSize);
-          cursor = ids.at(-1)!;
-          const running: Promise<void> = processBatch(ids, exhausted)
+          const ids = batches.shift()!;
+          const running: Promise<void> = processBatch(ids, exhausted && batches.length === 0)
             .catch((error: unknown) => {
               failure ??= toDependencyError(error);
             })
@@ -442,6 +452,11 @@ export class DisableRunner {
   async settled(): Promise<void> {
     while (this.settling.size > 0) await Promise.allSettled([...this.settling]);
   }
+}
+
+/** Campaigns one read fetches: what one run may have in flight (the recording statement reads one more). */
+export function readAheadSize(settings: Pick<RunSettings, 'batchSize' | 'batchesInFlight'>): number {
+  return settings.batchSize * settings.batchesInFlight;
 }
 
 /** `<dependency>:<error class>` (as kept in pending_disables.last_error), or the stop reason. */

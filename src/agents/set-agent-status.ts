@@ -64,7 +64,8 @@ export interface AgentStatusDeps {
   queue: DisableQueue;
   runner: DisableRunner;
   disablesInFlightPerNetwork: number;
-  batchSize: number;
+  /** Campaigns one read fetches (readAheadSize): the recording statement reads one more. */
+  readAhead: number;
   /** How often a request that waits for another replica's run looks again. */
   waitPollMs?: number;
   /** How long before its deadline a request stops waiting, to count what is left and answer. */
@@ -226,8 +227,8 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
       agentId,
       { partnerName: command.partnerName, requestId: command.requestId },
       { ...runner.lease(claimToken), traceParent: currentTraceParent() },
-      // One more than a batch: the run then knows whether the first batch is the last.
-      deps.batchSize + 1,
+      // One more than a chunk: the run then knows whether more follow without another statement.
+      deps.readAhead + 1,
     );
     if (!outcome) throw new AgentNotInNetwork();
     progress.unpausedAtStart = outcome.unpaused;
@@ -235,7 +236,11 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     // From here on the disable is recorded: whatever fails, the answer carries the counts.
     try {
       if (outcome.claimed) {
-        const end = await runHere(command, progress, { claimToken, flagged: outcome.flagged, firstBatch: outcome.firstBatch });
+        const end = await runHere(command, progress, {
+          claimToken,
+          flagged: outcome.flagged,
+          firstBatch: outcome.flagged ? outcome.firstBatch : undefined,
+        });
         if (end.kind === 'completed') return progress.paused;
         if (end.kind === 'incomplete') throw incomplete(end, progress);
       }

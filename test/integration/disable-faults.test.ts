@@ -10,6 +10,7 @@ import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
+import { waitFor } from '../support/wait.js';
 
 const db = testDatabase();
 const key = newApiKey();
@@ -47,13 +48,8 @@ const setStatus = (svc: TestService, agentId: string, enabled: boolean) =>
     payload: { agentId, enabled },
   });
 
-async function until(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
+const until = (what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000) =>
+  waitFor(check, { timeoutMs, intervalMs: 50, failure: `timed out waiting for ${what}` });
 
 const pendingRow = async (agentId: string) =>
   (await db.pool.query('SELECT attempts, last_error FROM pending_disables WHERE agent_id = $1', [agentId])).rows[0] as

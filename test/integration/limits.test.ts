@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { type PartnerKeyRecord, startTestService, type TestService } from '../support/service.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
+import { waitFor } from '../support/wait.js';
 
 // Partner limits (docs/interfaces.md §10, issue 11): the per-network rate limit across replicas,
 // the cap on disables in flight, no waiting behind another network, readiness under a saturated
@@ -49,13 +50,8 @@ function readStatus(svc: TestService, key: string, agentId: string) {
 }
 
 /** Polls a condition that an outside event makes true, within a bound (no fixed sleep). */
-async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 10_000) {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
+const until = (what: string, check: () => boolean | Promise<boolean>, timeoutMs = 10_000) =>
+  waitFor(check, { timeoutMs, intervalMs: 20, failure: `timed out waiting for ${what}` });
 
 async function changeRows(agentId: string): Promise<number> {
   const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM agent_status_changes WHERE agent_id = $1', [agentId]);

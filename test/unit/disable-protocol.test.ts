@@ -47,7 +47,7 @@ function protocol(options: { slots?: number; delayMs?: number } = {}) {
     queue: stores.queue,
     runner,
     disablesInFlightPerNetwork: 8,
-    batchSize: maxBatchSize,
+    readAhead: maxBatchSize * 4,
     waitPollMs: 10,
     answerMarginMs: 100,
   });
