@@ -10,38 +10,60 @@ export interface CallOwner {
 
 type Start = () => void;
 
-/** FIFO queues by key, served round robin: each key with something waiting gets one turn in turn. */
-class RoundRobin<V> {
-  private readonly queues = new Map<string, V[]>();
+/** Something that hands out waiting calls one at a time. */
+interface Lane<S> {
+  take(): S | undefined;
+  readonly size: number;
+}
+
+class Fifo<S> implements Lane<S> {
+  private readonly items: S[] = [];
+  push(item: S): void {
+    this.items.push(item);
+  }
+  take(): S | undefined {
+    return this.items.shift();
+  }
+  get size(): number {
+    return this.items.length;
+  }
+}
+
+/** Lanes by key, served round robin: each key with something waiting takes one turn in turn. */
+class Turns<L extends Lane<S>, S> implements Lane<S> {
+  private readonly lanes = new Map<string, L>();
   private readonly order: string[] = [];
   private cursor = 0;
-  total = 0;
 
-  push(key: string, value: V): void {
-    let queue = this.queues.get(key);
-    if (!queue) {
-      queue = [];
-      this.queues.set(key, queue);
+  lane(key: string, create: () => L): L {
+    let lane = this.lanes.get(key);
+    if (!lane) {
+      lane = create();
+      this.lanes.set(key, lane);
       this.order.push(key);
     }
-    queue.push(value);
-    this.total += 1;
+    return lane;
   }
 
-  shift(): V | undefined {
+  take(): S | undefined {
     if (this.order.length === 0) return undefined;
     if (this.cursor >= this.order.length) this.cursor = 0;
     const key = this.order[this.cursor]!;
-    const queue = this.queues.get(key)!;
-    const value = queue.shift()!;
-    this.total -= 1;
-    if (queue.length === 0) {
-      this.queues.delete(key);
+    const lane = this.lanes.get(key)!;
+    const item = lane.take();
+    if (lane.size === 0) {
+      this.lanes.delete(key);
       this.order.splice(this.cursor, 1);
     } else {
       this.cursor += 1;
     }
-    return value;
+    return item;
+  }
+
+  get size(): number {
+    let size = 0;
+    for (const lane of this.lanes.values()) size += lane.size;
+    return size;
   }
 }
 
@@ -57,10 +79,9 @@ class RoundRobin<V> {
  */
 export class SpendScheduler {
   private active = 0;
-  private readonly networks = new Map<string, RoundRobin<Start>>();
-  private readonly networkOrder: string[] = [];
-  private networkCursor = 0;
-  private readonly background = new RoundRobin<Start>();
+  /** Requests' calls: networks in turn, then agents in turn within a network. */
+  private readonly requests = new Turns<Turns<Fifo<Start>, Start>, Start>();
+  private readonly background = new Turns<Fifo<Start>, Start>();
 
   constructor(
     private readonly capacity: number,
@@ -84,19 +105,14 @@ export class SpendScheduler {
           });
       };
       if (owner.background) {
-        this.background.push(owner.agentId, start);
+        this.background.lane(owner.agentId, () => new Fifo()).push(start);
       } else {
-        let agents = this.networks.get(owner.networkId);
-        if (!agents) {
-          agents = new RoundRobin<Start>();
-          this.networks.set(owner.networkId, agents);
-          this.networkOrder.push(owner.networkId);
-        }
-        if (agents.total >= this.maxQueuedPerNetwork) {
+        const agents = this.requests.lane(owner.networkId, () => new Turns());
+        if (agents.size >= this.maxQueuedPerNetwork) {
           reject(new DependencyError('spend_management', 'busy', 'too many calls of this network waiting for a slot'));
           return;
         }
-        agents.push(owner.agentId, start);
+        agents.lane(owner.agentId, () => new Fifo()).push(start);
       }
       this.dispatch();
     });
@@ -104,25 +120,9 @@ export class SpendScheduler {
 
   private dispatch(): void {
     while (this.active < this.capacity) {
-      const next = this.nextRequest() ?? this.background.shift();
+      const next = this.requests.take() ?? this.background.take();
       if (!next) return;
       next();
     }
-  }
-
-  /** One call of the next network in turn; a network with nothing left waiting leaves the turn. */
-  private nextRequest(): Start | undefined {
-    if (this.networkOrder.length === 0) return undefined;
-    if (this.networkCursor >= this.networkOrder.length) this.networkCursor = 0;
-    const networkId = this.networkOrder[this.networkCursor]!;
-    const agents = this.networks.get(networkId)!;
-    const start = agents.shift();
-    if (agents.total === 0) {
-      this.networks.delete(networkId);
-      this.networkOrder.splice(this.networkCursor, 1);
-    } else {
-      this.networkCursor += 1;
-    }
-    return start;
   }
 }
