@@ -1,5 +1,4 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
-import type { KeySet } from '../auth/partner-keys.js';
 
 /**
  * Every Prometheus series the service exports, on one registry owned by the app (never the
@@ -18,12 +17,15 @@ const keyExpiryWarningMs = 14 * 24 * 3600 * 1000;
 // 5 ms to 5 s, with enough resolution around the p99 objective (250 ms) to alert on it.
 const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
+/** What the key metrics read of the served key set (src/auth/partner-keys.ts's KeySet has this shape). */
+type ServedKeys = ReadonlyMap<string, { partner: { name: string }; expiresAt?: number; weakness?: string }>;
+
 export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   const registry = new Registry();
   if (options.collectDefaults !== false) collectDefaultMetrics({ register: registry });
 
   let lastGoodKeyLoad: number | undefined;
-  let servedKeys: KeySet = new Map();
+  let servedKeys: ServedKeys = new Map();
 
   const metrics = {
     registry,
@@ -188,7 +190,7 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       labelNames: ['reason'] as const,
       registers: [registry],
     }),
-    markGoodKeyLoad(keys: KeySet, at = Date.now()) {
+    markGoodKeyLoad(keys: ServedKeys, at = Date.now()) {
       lastGoodKeyLoad = at;
       metrics.partnerKeysLoaded.set(keys.size);
       metrics.partnerKeysLastGoodLoad.set(at / 1000);
