@@ -221,11 +221,16 @@ export class DisableRunner {
     // 2. The claim check, inside the spend-management slot. Calls that get their slots while a
     // check is under way wait for the next one, started after they asked: every call is covered by
     // a check begun once its slot was granted, and one run never has more than one check in flight.
+    // When the lease was set or renewed (the claiming statement set it just before the run).
+    let renewedAt = Date.now();
     const renewOnce = async (): Promise<boolean> => {
       const sentAt = Date.now();
+      // A fresh lease is only checked (a read: no commit to wait for); one a third gone is renewed.
+      const renew = sentAt - renewedAt > leaseMs / 3;
       let held: boolean;
       try {
-        held = await queue.renew(agentId, lease);
+        held = renew ? await queue.renew(agentId, lease) : await queue.isHeld(agentId, claimToken);
+        if (held && renew) renewedAt = sentAt;
       } catch (error) {
         failure ??= toDependencyError(error);
         return false;
@@ -316,10 +321,21 @@ export class DisableRunner {
       if (stored.confirmed.length === 0) return;
       // The batch read as the run's last, all confirmed: its statement may finish the run too.
       const finish = last && !notConfirmed && stored.confirmed.length === ids.length;
-      const marked = await markPaused(stored.confirmed, finish);
-      for (const id of stored.confirmed) if (!marked.skipped.includes(id)) unsettled.delete(id);
-      if (marked.skipped.length > 0) notConfirmedBy('postgres', marked.skipped.length);
+      // The database step does not hold the batch's place in the pipeline: the next call may start
+      // while the marks, one statement at a time, catch up.
+      const marking = markPaused(stored.confirmed, finish).then(
+        (marked) => {
+          for (const id of stored.confirmed) if (!marked.skipped.includes(id)) unsettled.delete(id);
+          if (marked.skipped.length > 0) notConfirmedBy('postgres', marked.skipped.length);
+        },
+        (error: unknown) => {
+          failure ??= toDependencyError(error);
+        },
+      );
+      marksPending.add(marking);
+      void marking.finally(() => marksPending.delete(marking));
     };
+    const marksPending = new Set<Promise<void>>();
 
     const inFlight = new Set<Promise<void>>();
     // Campaigns are read a chunk at a time (the batches one run may have in flight, plus one id that
@@ -372,6 +388,7 @@ export class DisableRunner {
         failure ??= toDependencyError(error);
       } finally {
         await Promise.allSettled([...inFlight]);
+        await Promise.allSettled([...marksPending]);
       }
       // The last batch's statement found nothing left (so no batch failed or went unconfirmed).
       if (finishedByMark) return { kind: 'completed', paused };

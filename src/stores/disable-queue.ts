@@ -45,6 +45,8 @@ export interface DisableQueue {
    * itself, so a concurrent enable or take-over is seen.
    */
   renew(agentId: string, lease: Lease): Promise<boolean>;
+  /** The same check as renew, as a read only (no commit): for a lease renewed a moment ago. */
+  isHeld(agentId: string, claimToken: string): Promise<boolean>;
   /**
    * Sets agent_approved = false for a recorded disable whose flag is not set yet, without waiting
    * for a lock. held false: the claim is gone (an enable came after it); flagged false: another
@@ -83,6 +85,16 @@ export function createDisableQueue(pool: DatabasePool, metrics: Metrics): Disabl
             RETURNING 1
           )
           SELECT EXISTS (SELECT 1 FROM renewed) AS held`);
+        return row.held;
+      }),
+
+    isHeld: (agentId, claimToken) =>
+      timed('check_claim', async () => {
+        const row = await pool.one(sql.prepared('pas_check_claim', heldRow)`
+          SELECT EXISTS (
+            SELECT 1 FROM pending_disables
+            WHERE agent_id = ${agentId} AND claim_token = ${claimToken}::uuid AND next_attempt_at > now()
+          ) AS held`);
         return row.held;
       }),
 

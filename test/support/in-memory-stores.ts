@@ -125,6 +125,10 @@ export function inMemoryStores() {
       pending.get(agentId)!.leaseUntil = now() + lease.leaseMs;
       return true;
     },
+    async isHeld(agentId, claimToken) {
+      statements.push('check_claim');
+      return held(agentId, claimToken);
+    },
     async setFlag(agentId, claimToken) {
       statements.push('set_agent_flag');
       if (!held(agentId, claimToken)) return { held: false, flagged: false };

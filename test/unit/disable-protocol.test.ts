@@ -69,7 +69,8 @@ describe('the disable protocol, without a database', () => {
     const status = await useCase.setAgentStatus(command(agentId, false));
     expect(status).toMatchObject({ enabled: false, pausedCampaignCount: 250 });
     expect(calls).toHaveLength(3);
-    expect(stores.statements.filter((name) => name === 'renew_lease').length).toBeGreaterThanOrEqual(1);
+    // The claim is checked inside the slot: a read while the lease is fresh.
+    expect(stores.statements.filter((name) => name === 'check_claim' || name === 'renew_lease').length).toBeGreaterThanOrEqual(1);
     expect(stores.pending.has(agentId)).toBe(false);
     expect(stores.approved(agentId)).toBe(false);
   });
