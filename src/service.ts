@@ -52,7 +52,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   await keySource.start();
 
   const poolOptions = { url: config.databaseUrl, statementTimeoutMs: config.databaseStatementTimeoutMs };
-  // Three pools, so that partner traffic can neither starve the worker nor turn readiness red.
+  // Four pools, so that partner traffic can neither starve the worker nor turn readiness red, and
+  // claim checks never wait behind batch statements.
   const requestPool = resources.own(
     'request pool',
     await createDatabasePool({ ...poolOptions, maxPoolSize: config.databasePoolSize }),
@@ -60,9 +61,15 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   );
   const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 2 }), (pool) => pool.end());
   const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 1 }), (pool) => pool.end());
+  // The claim checks made inside spend-management slots, for requests and the worker: short reads
+  // that must not queue behind other runs' batch statements while they hold a slot.
+  const checkPool = resources.own('claim-check pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 4 }), (pool) => pool.end());
   const agents = createAgentRepository(requestPool, metrics);
-  const queue = createDisableQueue(requestPool, metrics);
-  const workerStores = { agents: createAgentRepository(workerPool, metrics), queue: createDisableQueue(workerPool, metrics) };
+  const queue = createDisableQueue(requestPool, metrics, checkPool);
+  const workerStores = {
+    agents: createAgentRepository(workerPool, metrics),
+    queue: createDisableQueue(workerPool, metrics, checkPool),
+  };
 
   const campaignState = resources.own(
     'campaign state',

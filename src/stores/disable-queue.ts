@@ -73,12 +73,17 @@ export interface DisableQueue {
   pendingStats(): Promise<{ count: number; oldestAgeSeconds: number }>;
 }
 
-export function createDisableQueue(pool: DatabasePool, metrics: Metrics): DisableQueue {
+/**
+ * `checks` runs the claim checks and renewals (the statement inside every spend-management slot):
+ * a pool of their own, so that a check never waits behind other runs' long batch statements while
+ * it holds a slot. Every other statement runs on `pool`.
+ */
+export function createDisableQueue(pool: DatabasePool, metrics: Metrics, checks: DatabasePool = pool): DisableQueue {
   const timed = postgresCall(metrics);
   return {
     renew: (agentId, lease) =>
       timed('renew_lease', async () => {
-        const row = await pool.one(sql.prepared('pas_renew_lease', heldRow)`
+        const row = await checks.one(sql.prepared('pas_renew_lease', heldRow)`
           WITH renewed AS (
             UPDATE pending_disables SET next_attempt_at = now() + ${seconds(lease.leaseMs)}
             WHERE agent_id = ${agentId} AND claim_token = ${lease.claimToken}::uuid AND next_attempt_at > now()
@@ -90,7 +95,7 @@ export function createDisableQueue(pool: DatabasePool, metrics: Metrics): Disabl
 
     isHeld: (agentId, claimToken) =>
       timed('check_claim', async () => {
-        const row = await pool.one(sql.prepared('pas_check_claim', heldRow)`
+        const row = await checks.one(sql.prepared('pas_check_claim', heldRow)`
           SELECT EXISTS (
             SELECT 1 FROM pending_disables
             WHERE agent_id = ${agentId} AND claim_token = ${claimToken}::uuid AND next_attempt_at > now()

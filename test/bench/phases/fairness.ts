@@ -28,17 +28,19 @@ export async function fairness(ctx: BenchContext, service: Service): Promise<voi
   const campaigns = 400;
   const loadAgents = 8;
   const loadCampaigns = quick ? 500 : 2_000;
-  const [bAlone, bBeside] = await seedAgents(ctx, [b], 2, campaigns);
+  const [bWarmUp, bAlone, bBeside] = await seedAgents(ctx, [b], 3, campaigns);
   const aAgents = await seedAgents(ctx, [a], loadAgents, loadCampaigns);
   await resetSimulator(ctx);
   ctx.simulator.simulator.setMode('slow', { delayMs: spendDelayMs });
   try {
+    // The first slow disable of a process pays for connections and code not warm yet.
+    await disable(service, b.key, bWarmUp!, campaigns);
     const aloneMs = await disable(service, b.key, bAlone!, campaigns);
     const load = aAgents.map((agentId) => disable(service, a.key, agentId, loadCampaigns));
     await new Promise((resolve) => setTimeout(resolve, 300));
     const besideLoadMs = await disable(service, b.key, bBeside!, campaigns);
     await Promise.all(load);
-    const left = await activeUnpaused(ctx, [bAlone!, bBeside!, ...aAgents]);
+    const left = await activeUnpaused(ctx, [bWarmUp!, bAlone!, bBeside!, ...aAgents]);
     if (left !== 0) throw new Error(`${left} campaigns left unpaused`);
     ctx.results.fairness = { aloneMs, besideLoadMs, spendDelayMs, campaigns, loadAgents, loadCampaigns };
     console.log(
