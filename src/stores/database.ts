@@ -296,14 +296,15 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
             FROM lockable l WHERE c.campaign_id = l.campaign_id
             RETURNING c.campaign_id
           ), unfinished AS (
-            -- The statement's snapshot still shows the campaigns it moves as unpaused: any other
-            -- unpaused campaign of the agent is among the first (moved + 1) in campaign order.
-            SELECT EXISTS (
+            -- Only asked on what was read as the run's last batch. The statement's snapshot still
+            -- shows the campaigns it moves as unpaused: any other unpaused campaign of the agent is
+            -- among the first (moved + 1) in campaign order.
+            SELECT CASE WHEN ${finish} THEN EXISTS (
               SELECT 1 FROM public.unpaused_campaigns_after(${agentId}, NULL, (SELECT count(*) FROM moved)::int + 1) AS id
-              WHERE id NOT IN (SELECT campaign_id FROM moved)) AS left_over
+              WHERE id NOT IN (SELECT campaign_id FROM moved)) ELSE true END AS left_over
           ), finished AS (
             DELETE FROM pending_disables p
-            WHERE ${finish} AND p.agent_id = ${agentId} AND p.claim_token = ${claim.claimToken}::uuid
+            WHERE p.agent_id = ${agentId} AND p.claim_token = ${claim.claimToken}::uuid
               AND NOT (SELECT left_over FROM unfinished)
             RETURNING 1
           ), renewed AS (
@@ -311,12 +312,14 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
             -- its claim passes to another replica when the lease runs out.
             UPDATE pending_disables p SET next_attempt_at = now() + ${seconds(claim.leaseMs)}
             WHERE p.agent_id = ${agentId} AND p.claim_token = ${claim.claimToken}::uuid
-              AND NOT (${finish} AND NOT (SELECT left_over FROM unfinished))
+              AND (SELECT left_over FROM unfinished)
           )
           SELECT (SELECT count(*) FROM moved)::int AS n,
+                 -- Looked up only for the ids the lock left out (none, almost always).
                  ARRAY(SELECT c.campaign_id::text FROM campaigns c
-                   WHERE c.campaign_id = ANY(${sql.array(campaignIds, 'uuid')}) AND NOT c.paused
-                     AND c.campaign_id NOT IN (SELECT campaign_id FROM lockable)) AS skipped,
+                   WHERE c.campaign_id = ANY(ARRAY(
+                           SELECT unnest(${sql.array(campaignIds, 'uuid')}) EXCEPT SELECT campaign_id FROM lockable))
+                     AND NOT c.paused) AS skipped,
                  EXISTS (SELECT 1 FROM finished) AS finished`);
         return { moved: row.n, skipped: row.skipped, finished: row.finished };
       }),
