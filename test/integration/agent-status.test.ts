@@ -48,10 +48,10 @@ describe('disable: agentApproved becomes false and every active, unpaused campai
     expect(await db.agentApproved(agentId)).toBe(false);
     expect(await db.pausedIds(agentId)).toEqual(new Set([...live, ...alreadyPaused]));
     expect(await svc.pausedInRedis(live)).toEqual([true, true, true]);
-    expect(live.every((id) => svc.simulator.simulator.isPaused(id))).toBe(true);
+    expect(live.every((id) => svc.sim.isPaused(id))).toBe(true);
     // Nothing else was sent anywhere.
     expect(await svc.pausedInRedis([...inactive, ...alreadyPaused])).toEqual([false, false, false, false]);
-    expect([...inactive, ...alreadyPaused].some((id) => svc.simulator.simulator.isPaused(id))).toBe(false);
+    expect([...inactive, ...alreadyPaused].some((id) => svc.sim.isPaused(id))).toBe(false);
   });
 
   it('leaves the other fields of the campaign hash alone and creates the hash when absent', async () => {
@@ -77,12 +77,12 @@ describe('disable: agentApproved becomes false and every active, unpaused campai
   it('pauses 2,500 campaigns in batches of at most 100', async () => {
     const agentId = await db.agent(networkA);
     const ids = await db.campaigns(agentId, 2_500);
-    const before = svc.simulator.simulator.requests().length;
+    const before = svc.sim.requests().length;
 
     const response = await post({ agentId, enabled: false });
 
     expect(response.json().pausedCampaignCount).toBe(2_500);
-    const calls = svc.simulator.simulator.requests().slice(before);
+    const calls = svc.sim.requests().slice(before);
     expect(calls).toHaveLength(25);
     expect(Math.max(...calls.map((c) => c.campaignIds.length))).toBe(100);
     expect(new Set(calls.flatMap((c) => c.campaignIds))).toEqual(new Set(ids));
@@ -97,7 +97,7 @@ describe('enable: agentApproved becomes true and no campaign is resumed', () => 
     const agentId = await db.agent(networkA);
     const ids = await db.campaigns(agentId, 3);
     await post({ agentId, enabled: false });
-    const callsBefore = svc.simulator.simulator.requests().length;
+    const callsBefore = svc.sim.requests().length;
 
     const response = await post({ agentId, enabled: true });
 
@@ -106,7 +106,7 @@ describe('enable: agentApproved becomes true and no campaign is resumed', () => 
     expect(await db.agentApproved(agentId)).toBe(true);
     expect(await db.pausedIds(agentId)).toEqual(new Set(ids));
     expect(await svc.pausedInRedis(ids)).toEqual([true, true, true]);
-    expect(svc.simulator.simulator.requests().length).toBe(callsBefore);
+    expect(svc.sim.requests().length).toBe(callsBefore);
   });
 
   it('touches no campaign of an enabled agent', async () => {
@@ -180,7 +180,7 @@ describe("an agent outside the key's network is a 404, indistinguishable from on
     expect(await db.agentApproved(foreign)).toBe(true);
     expect((await db.pausedIds(foreign)).size).toBe(0);
     expect(await svc.pausedInRedis(ids)).toEqual([false, false]);
-    expect(ids.some((id) => svc.simulator.simulator.isPaused(id))).toBe(false);
+    expect(ids.some((id) => svc.sim.isPaused(id))).toBe(false);
   });
 
   it('gives byte-for-byte the same 404 as for an agent that does not exist, apart from the request id', async () => {

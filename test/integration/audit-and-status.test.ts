@@ -33,7 +33,7 @@ beforeAll(async () => {
 });
 
 afterEach(() => {
-  svc.simulator.simulator.refuse([]);
+  svc.sim.refuse([]);
 });
 
 afterAll(async () => {
@@ -189,13 +189,13 @@ describe('pending_disables', () => {
     const agentId = await db.agent(networkA);
     const ids = await db.campaigns(agentId, 4);
     // Spend management leaves one campaign out of its answer: not paused, the disable incomplete.
-    svc.simulator.simulator.refuse(ids.slice(0, 1));
+    svc.sim.refuse(ids.slice(0, 1));
     const failed = await post({ agentId, enabled: false });
     const body = problemOf(failed, 500, 'dependency-failure');
     expect(body).toMatchObject({ pausedCampaignCount: 3, remainingCampaignCount: 1 });
     expect(await pendingRow(agentId)).toBe(true);
 
-    svc.simulator.simulator.refuse([]);
+    svc.sim.refuse([]);
     const repeated = await post({ agentId, enabled: false });
     expect(repeated.statusCode).toBe(200);
     expect(await pendingRow(agentId)).toBe(false);
@@ -205,7 +205,7 @@ describe('pending_disables', () => {
   it('is deleted by an enable', async () => {
     const agentId = await db.agent(networkA);
     const ids = await db.campaigns(agentId, 2);
-    svc.simulator.simulator.refuse(ids);
+    svc.sim.refuse(ids);
     problemOf(await post({ agentId, enabled: false }), 500, 'dependency-failure');
     expect(await pendingRow(agentId)).toBe(true);
 
@@ -322,13 +322,13 @@ describe('GET /partner/agents/{agentId}/status', () => {
     }
     expect((await db.pausedIds(agentId)).size).toBe(0);
     expect(await svc.pausedInRedis(ids)).toEqual([false, false]);
-    expect(ids.some((id) => svc.simulator.simulator.isPaused(id))).toBe(false);
+    expect(ids.some((id) => svc.sim.isPaused(id))).toBe(false);
   });
 
   it('shows disableInProgress while a pending row exists, with the remaining count of the 500', async () => {
     const agentId = await db.agent(networkA);
     const ids = await db.campaigns(agentId, 5);
-    svc.simulator.simulator.refuse(ids.slice(0, 2));
+    svc.sim.refuse(ids.slice(0, 2));
     const failed = await post({ agentId, enabled: false });
     const body = problemOf(failed, 500, 'dependency-failure');
     expect(body).toMatchObject({ pausedCampaignCount: 3, remainingCampaignCount: 2 });
@@ -344,7 +344,7 @@ describe('GET /partner/agents/{agentId}/status', () => {
     expect(await pendingRow(agentId)).toBe(true);
 
     // Once spend management takes them, a repeat finishes the job and the status says so.
-    svc.simulator.simulator.refuse([]);
+    svc.sim.refuse([]);
     expect((await post({ agentId, enabled: false })).statusCode).toBe(200);
     expect((await getStatus(agentId)).json()).toMatchObject({ enabled: false, activeUnpausedCampaignCount: 0, disableInProgress: false });
   });

@@ -67,7 +67,7 @@ const unpausedCount = async (agentId: string) =>
 async function expectDatabaseImpliesEverywhere(svc: TestService, campaignIds: string[]) {
   const { rows } = await db.pool.query('SELECT campaign_id FROM campaigns WHERE campaign_id = ANY($1) AND paused', [campaignIds]);
   const inDatabase = rows.map((row) => row.campaign_id as string);
-  expect(inDatabase.filter((id) => !svc.simulator.simulator.isPaused(id))).toEqual([]);
+  expect(inDatabase.filter((id) => !svc.sim.isPaused(id))).toEqual([]);
   expect((await svc.pausedInRedis(inDatabase)).every(Boolean)).toBe(true);
 }
 
@@ -197,24 +197,24 @@ describe('more batches than spend-management slots, and an enable while they wai
     const svc = await start({ SPEND_MANAGEMENT_MAX_CONCURRENCY: '1', DISABLE_BATCHES_IN_FLIGHT: '4', SPEND_MANAGEMENT_TIMEOUT_MS: '3000' });
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 400);
-    svc.simulator.simulator.setMode('slow', { delayMs: 600 });
+    svc.sim.setMode('slow', { delayMs: 600 });
     try {
       const disable = setStatus(svc, agentId, false);
-      await until('the first pause call', () => svc.simulator.simulator.requests().length >= 1);
+      await until('the first pause call', () => svc.sim.requests().length >= 1);
       const enabled = await setStatus(svc, agentId, true);
       expect(enabled.statusCode).toBe(200);
       const answeredAt = Date.now();
       const answer = await disable;
       expect(answer.statusCode).toBe(409);
-      const late = svc.simulator.simulator.requests().filter((request) => Date.parse(request.at) > answeredAt);
+      const late = svc.sim.requests().filter((request) => Date.parse(request.at) > answeredAt);
       expect(late).toEqual([]);
-      const paused = svc.simulator.simulator.requests().reduce((sum, request) => sum + request.campaignIds.length, 0);
+      const paused = svc.sim.requests().reduce((sum, request) => sum + request.campaignIds.length, 0);
       expect(answer.json().pausedCampaignCount).toBe(paused);
       await svc.service.runner.settled();
       expect((await db.pausedIds(agentId)).size).toBe(paused);
       await expectDatabaseImpliesEverywhere(svc, ids);
     } finally {
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
     }
   });
 });
@@ -227,16 +227,16 @@ describe('a superseded disable whose batch in flight meets a Redis outage', () =
       const svc = await start({ SPEND_MANAGEMENT_TIMEOUT_MS: '3000', REDIS_COMMAND_TIMEOUT_MS: '300' }, proxy.url);
       const agentId = await db.agent(networkId);
       const ids = await db.campaigns(agentId, 50);
-      svc.simulator.simulator.setMode('slow', { delayMs: 700 });
+      svc.sim.setMode('slow', { delayMs: 700 });
       const disable = setStatus(svc, agentId, false);
-      await until('the pause call', () => svc.simulator.simulator.requests().length >= 1);
+      await until('the pause call', () => svc.sim.requests().length >= 1);
       expect((await setStatus(svc, agentId, true)).statusCode).toBe(200);
       proxy.cut(); // Redis unreachable when the confirmed batch reaches it
       const answer = await disable;
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
       expect(answer.statusCode).toBe(409);
       expect(await pendingRow(agentId)).toBeUndefined();
-      expect(ids.every((id) => svc.simulator.simulator.isPaused(id))).toBe(true);
+      expect(ids.every((id) => svc.sim.isPaused(id))).toBe(true);
       expect((await db.pausedIds(agentId)).size).toBe(0);
       proxy.restore();
       await until('the batch to be settled', async () => (await db.pausedIds(agentId)).size === 50);
@@ -254,17 +254,17 @@ describe('a campaign moved to another agent while its batch is in flight', () =>
     const agentId = await db.agent(networkId);
     const other = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 10);
-    svc.simulator.simulator.setMode('slow', { delayMs: 500 });
+    svc.sim.setMode('slow', { delayMs: 500 });
     try {
       const disable = setStatus(svc, agentId, false);
-      await until('the pause call', () => svc.simulator.simulator.requests().length >= 1);
+      await until('the pause call', () => svc.sim.requests().length >= 1);
       await db.pool.query('UPDATE campaigns SET agent_id = $1 WHERE campaign_id = $2', [other, ids[3]]);
       expect((await disable).statusCode).toBe(200);
       const { rows } = await db.pool.query('SELECT paused FROM campaigns WHERE campaign_id = $1', [ids[3]]);
       expect(rows[0].paused).toBe(true);
       await expectDatabaseImpliesEverywhere(svc, ids);
     } finally {
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
     }
   });
 });
@@ -274,11 +274,11 @@ describe('campaigns_paused_total', () => {
     const svc = await start({});
     const agentId = await db.agent(networkId);
     await db.campaigns(agentId, 120);
-    svc.simulator.simulator.setMode('fail');
+    svc.sim.setMode('fail');
     try {
       expect((await setStatus(svc, agentId, false)).statusCode).toBe(500);
     } finally {
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
     }
     svc.service.breakers.spendManagement.close();
     await until('the worker to finish', async () => !(await pendingRow(agentId)));

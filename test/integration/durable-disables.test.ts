@@ -77,7 +77,7 @@ describe('a campaign spend management leaves out of "paused"', () => {
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 250);
     const refused = ids[137]!;
-    svc.simulator.simulator.refuse([refused]);
+    svc.sim.refuse([refused]);
     const failuresBefore = await metricValue(svc, 'circuit_breaker_events_total', 'breaker="spend_management",event="failure"');
     try {
       const response = await disable(svc, agentId);
@@ -102,7 +102,7 @@ describe('a campaign spend management leaves out of "paused"', () => {
       await svc.service.worker.drained();
       expect((await pendingRow(agentId))?.attempts).toBeGreaterThanOrEqual(2);
     } finally {
-      svc.simulator.simulator.refuse([]);
+      svc.sim.refuse([]);
     }
     await convergeByWorker(svc, agentId);
     expect((await db.pausedIds(agentId)).size).toBe(250);
@@ -140,7 +140,7 @@ describe('the pipeline', () => {
     const agentId = await db.agent(networkId);
     await db.campaigns(agentId, 1_000);
     // The 4th pause call fails while other batches are in flight (4 at a time by default).
-    svc.simulator.simulator.setMode('fail', { failAfter: 3, failStatus: 503 });
+    svc.sim.setMode('fail', { failAfter: 3, failStatus: 503 });
     try {
       const failed = await disable(svc, agentId);
       expect(failed.statusCode).toBe(500);
@@ -149,7 +149,7 @@ describe('the pipeline', () => {
       expect((await db.pausedIds(agentId)).size).toBe(pausedCampaignCount);
       await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
     } finally {
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
       svc.service.breakers.spendManagement.close();
     }
     const before = (await db.pausedIds(agentId)).size;
@@ -250,16 +250,16 @@ describe('the worker', () => {
     try {
       const agentId = await db.agent(networkId);
       const ids = await db.campaigns(agentId, 300);
-      svc.simulator.simulator.setMode('fail', { failStatus: 503 });
+      svc.sim.setMode('fail', { failStatus: 503 });
       expect((await disable(svc, agentId)).statusCode).toBe(500);
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
       svc.service.breakers.spendManagement.close();
       await db.pool.query('UPDATE pending_disables SET next_attempt_at = now() WHERE agent_id = $1', [agentId]);
-      const callsBefore = svc.simulator.simulator.requests().length;
+      const callsBefore = svc.sim.requests().length;
       await Promise.all([svc.service.worker.pollNow(), second.service.worker.pollNow()]);
       await Promise.all([svc.service.worker.drained(), second.service.worker.drained()]);
       expect(await pendingRow(agentId)).toBeUndefined();
-      const sent = svc.simulator.simulator
+      const sent = svc.sim
         .requests()
         .slice(callsBefore)
         .flatMap((r) => r.campaignIds)
@@ -268,7 +268,7 @@ describe('the worker', () => {
       expect(new Set(sent).size).toBe(300);
       await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
     } finally {
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
       await second.close();
     }
   });
@@ -276,7 +276,7 @@ describe('the worker', () => {
   it('exports the pending figures and backs off with a cap', async () => {
     const agentId = await db.agent(networkId);
     await db.campaigns(agentId, 3);
-    svc.simulator.simulator.setMode('fail', { failStatus: 503 });
+    svc.sim.setMode('fail', { failStatus: 503 });
     try {
       expect((await disable(svc, agentId)).statusCode).toBe(500);
       await svc.service.worker.pollNow();
@@ -297,7 +297,7 @@ describe('the worker', () => {
       expect(rows[0].claim_token).toBeNull();
       expect(Number(rows[0].wait_ms)).toBeLessThanOrEqual(20);
     } finally {
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
       svc.service.breakers.spendManagement.close();
     }
     await convergeByWorker(svc, agentId);

@@ -44,7 +44,7 @@ const disable = (agentId: string) =>
 /** docs/interfaces.md §7: paused in the database implies paused in spend management and Redis. */
 async function expectPausedInDatabaseImpliesEverywhere(agentId: string) {
   const inDatabase = [...(await db.pausedIds(agentId))];
-  expect(inDatabase.every((id) => svc.simulator.simulator.isPaused(id))).toBe(true);
+  expect(inDatabase.every((id) => svc.sim.isPaused(id))).toBe(true);
   expect((await svc.pausedInRedis(inDatabase)).every(Boolean)).toBe(true);
 }
 
@@ -58,7 +58,7 @@ describe('spend management failing', () => {
     await resetBreakers();
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 150);
-    svc.simulator.simulator.setMode('fail');
+    svc.sim.setMode('fail');
 
     const failed = await disable(agentId);
     expect(failed.statusCode).toBe(500);
@@ -74,7 +74,7 @@ describe('spend management failing', () => {
     expect((await db.pausedIds(agentId)).size).toBe(0);
     expect(await svc.pausedInRedis(ids.slice(0, 5))).toEqual([false, false, false, false, false]);
 
-    svc.simulator.simulator.setMode('ok');
+    svc.sim.setMode('ok');
     const retried = await disable(agentId);
     expect(retried.statusCode).toBe(200);
     expect(retried.json().pausedCampaignCount).toBe(150);
@@ -85,7 +85,7 @@ describe('spend management failing', () => {
     await resetBreakers();
     const agentId = await db.agent(networkId);
     await db.campaigns(agentId, 250);
-    svc.simulator.simulator.setMode('fail', { failAfter: 1, failStatus: 502 });
+    svc.sim.setMode('fail', { failAfter: 1, failStatus: 502 });
 
     const failed = await disable(agentId);
     expect(failed.statusCode).toBe(500);
@@ -95,7 +95,7 @@ describe('spend management failing', () => {
 
     // Two batches in flight failed together: that opens the breaker (tested on its own below).
     await resetBreakers();
-    svc.simulator.simulator.setMode('ok');
+    svc.sim.setMode('ok');
     const retried = await disable(agentId);
     expect(retried.json().pausedCampaignCount).toBe(150);
     expect((await db.pausedIds(agentId)).size).toBe(250);
@@ -106,7 +106,7 @@ describe('spend management failing', () => {
     await resetBreakers();
     const agentId = await db.agent(networkId);
     await db.campaigns(agentId, 3);
-    svc.simulator.simulator.setMode('hang');
+    svc.sim.setMode('hang');
     const started = Date.now();
     const failed = await disable(agentId);
     // One attempt of SPEND_MANAGEMENT_TIMEOUT_MS (300 ms here): a time-out is never retried inside a call.
@@ -114,7 +114,7 @@ describe('spend management failing', () => {
     expect(Date.now() - started).toBeLessThan(3_000);
     expect((await db.pausedIds(agentId)).size).toBe(0);
 
-    svc.simulator.simulator.setMode('ok');
+    svc.sim.setMode('ok');
     expect((await disable(agentId)).json().pausedCampaignCount).toBe(3);
     await expectPausedInDatabaseImpliesEverywhere(agentId);
   });
@@ -165,21 +165,21 @@ describe('the spend-management breaker', () => {
     try {
       const agentId = await db.agent(networkId);
       await db.campaigns(agentId, 2);
-      own.simulator.simulator.setMode('fail');
+      own.sim.setMode('fail');
       for (let i = 0; i < 3; i++) expect((await fire(agentId)).statusCode).toBe(500);
       expect(own.service.breakers.spendManagement.opened).toBe(true);
 
-      const callsWhileOpen = own.simulator.simulator.requests().length;
+      const callsWhileOpen = own.sim.requests().length;
       const rejected = await fire(agentId);
       expect(rejected.statusCode).toBe(500);
-      expect(own.simulator.simulator.requests().length).toBe(callsWhileOpen);
+      expect(own.sim.requests().length).toBe(callsWhileOpen);
       const state = await own.service.metrics.registry.getSingleMetricAsString('circuit_breaker_state');
       expect(state).toMatch(/circuit_breaker_state\{breaker="spend_management"\} 2/);
       expect(
         own.logs.records().find((r) => r.requestId === rejected.headers['x-request-id'] && r.msg === 'dependency failure'),
       ).toMatchObject({ reason: 'breaker_open' });
 
-      own.simulator.simulator.setMode('ok');
+      own.sim.setMode('ok');
       await new Promise((r) => setTimeout(r, 450));
       const recovered = await fire(agentId);
       expect(recovered.statusCode).toBe(200);
@@ -214,7 +214,7 @@ describe('concurrent disables of one agent', () => {
       const total = responses.reduce((sum, r) => sum + r.json().pausedCampaignCount, 0);
       expect(total).toBe(300);
       expect((await db.pausedIds(agentId)).size).toBe(ids.length);
-      expect(ids.every((id) => first.simulator.simulator.isPaused(id))).toBe(true);
+      expect(ids.every((id) => first.sim.isPaused(id))).toBe(true);
       expect((await first.pausedInRedis(ids)).every(Boolean)).toBe(true);
     } finally {
       await second.close();

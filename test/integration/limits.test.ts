@@ -241,7 +241,7 @@ describe('disables in flight per network, and no waiting behind another network'
     let answered = false;
     void pending.then(() => (answered = true));
     await until('the pause call to reach spend management', () =>
-      svc.simulator.simulator.requests().some((r) => campaigns.some((id) => r.campaignIds.includes(id))),
+      svc.sim.requests().some((r) => campaigns.some((id) => r.campaignIds.includes(id))),
     );
     return { pending, isAnswered: () => answered };
   }
@@ -253,7 +253,7 @@ describe('disables in flight per network, and no waiting behind another network'
     await db.campaigns(secondAgent, 2);
     const otherAgent = await db.agent(networkB.networkId);
     await db.campaigns(otherAgent, 2);
-    svc.simulator.simulator.setMode('slow', { delayMs: slowMs });
+    svc.sim.setMode('slow', { delayMs: slowMs });
     try {
       const running = await startSlowDisable(networkA.key, runningAgent, runningCampaigns);
 
@@ -291,7 +291,7 @@ describe('disables in flight per network, and no waiting behind another network'
       const after = await setStatus(svc, networkA.key, { agentId: secondAgent, enabled: false });
       expect(after.statusCode).toBe(200);
     } finally {
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
     }
   });
 
@@ -299,7 +299,7 @@ describe('disables in flight per network, and no waiting behind another network'
     const victim = await db.agent(networkA.networkId);
     const victimCampaigns = await db.campaigns(victim, 2);
     const nowhere = `us-east-1:${randomUUID()}`;
-    svc.simulator.simulator.setMode('slow', { delayMs: 4_000 });
+    svc.sim.setMode('slow', { delayMs: 4_000 });
     try {
       const running = await startSlowDisable(networkA.key, victim, victimCampaigns);
       const timeOf = async (agentId: string) => {
@@ -324,7 +324,7 @@ describe('disables in flight per network, and no waiting behind another network'
       expect((await running.pending).statusCode).toBe(200);
       expect(await changeRows(victim)).toBe(1);
     } finally {
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
     }
   });
 });
@@ -346,7 +346,7 @@ describe('readiness under a flood of disables', () => {
       await locker.query('ROLLBACK');
       locker.release();
     };
-    svc.simulator.simulator.setMode('slow', { delayMs: 300 });
+    svc.sim.setMode('slow', { delayMs: 300 });
     try {
       await locker.query('BEGIN');
       await locker.query('SELECT 1 FROM agents WHERE agent_id = ANY($1) FOR UPDATE', [agents]);
@@ -371,7 +371,7 @@ describe('readiness under a flood of disables', () => {
       expect((await svc.app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
     } finally {
       await release();
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
     }
   });
 });

@@ -52,11 +52,11 @@ describe('logs: one line per request, and never a key', () => {
   it('logs a dependency failure once, with its cause', async () => {
     const agentId = await db.agent(networkId);
     await db.campaigns(agentId, 1);
-    svc.simulator.simulator.setMode('fail', { failStatus: 503 });
+    svc.sim.setMode('fail', { failStatus: 503 });
     try {
       await send(key, { agentId, enabled: false }, { 'x-request-id': 'log-line-2' });
     } finally {
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
     }
     const lines = svc.logs.records().filter((r) => r.requestId === 'log-line-2');
     const failures = lines.filter((r) => r.msg === 'dependency failure');
@@ -83,11 +83,11 @@ describe('logs: one line per request, and never a key', () => {
     }
     await send(undefined, { agentId, enabled: true }, { authorization: `Bearer ${key}` });
     await db.campaigns(agentId, 1);
-    svc.simulator.simulator.setMode('fail');
+    svc.sim.setMode('fail');
     try {
       expect((await send(key, { agentId, enabled: false })).statusCode).toBe(500);
     } finally {
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
     }
 
     // 20 requests: each has its line, except the 401s beyond one a second, which are counted instead.

@@ -58,13 +58,13 @@ describe('metrics after a scripted mix of requests', () => {
     expect((await send(undefined, { agentId, enabled: true })).statusCode).toBe(401);
     expect((await send(strangerKey, { agentId, enabled: true })).statusCode).toBe(401);
     expect((await send(key, { agentId: foreign, enabled: false })).statusCode).toBe(404);
-    svc.simulator.simulator.setMode('fail');
+    svc.sim.setMode('fail');
     try {
       expect((await send(key, { agentId, enabled: false })).statusCode).toBe(500);
       expect((await send(key, { agentId, enabled: false })).statusCode).toBe(500);
       expect((await send(key, { agentId, enabled: false })).statusCode).toBe(500); // rejected by the open breaker
     } finally {
-      svc.simulator.simulator.setMode('ok');
+      svc.sim.setMode('ok');
     }
 
     const scrapedFrom = Date.now() / 1000;

@@ -86,6 +86,8 @@ export async function startTestService(options: TestServiceOptions) {
     app: service.app,
     config,
     simulator,
+    /** The simulator's controls (mode, requests seen, paused ids). */
+    sim: simulator.simulator,
     simulatorUrl,
     keysDir,
     keysFile,
