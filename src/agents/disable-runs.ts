@@ -7,6 +7,9 @@ import type { CallOwner } from './spend-scheduler.js';
 /** The spend-management API takes 1 to 100 ids a call (docs/interfaces.md §6). */
 export const maxBatchSize = 100;
 
+/** Batch statements one network's runs have in flight at once in a replica (see withMarkSlot). */
+const marksPerNetwork = 2;
+
 /** The stores a run pauses campaigns in, each behind its breaker; both resolve with what they confirmed. */
 export interface PausePorts {
   /**
@@ -117,6 +120,8 @@ export class DisableRunner {
   private readonly settling = new Set<Promise<void>>();
   private stopAllAt = Number.POSITIVE_INFINITY;
   private readonly shutdown = new AbortController();
+  /** Batch statements (marks) in flight by network: at most `marksPerNetwork` each. */
+  private readonly marking = new Map<string, { active: number; waiting: Array<() => void> }>();
 
   constructor(
     private readonly ports: PausePorts,
@@ -427,6 +432,34 @@ export class DisableRunner {
     }
     const remaining = await agents.remainingCampaigns(agentId).catch(() => undefined);
     return { kind: 'incomplete', paused, remaining, cause };
+  }
+
+  /**
+   * Runs a batch statement when its network has fewer than `marksPerNetwork` in flight: the request
+   * pool's connections are shared by every network's requests, and one network's big disables
+   * (each mark up to a chunk of rows) must not hold them all (docs/interfaces.md §10). A mark that
+   * waits here is merged with the next batches of its run meanwhile, so it costs no more statements.
+   */
+  private async withMarkSlot<T>(networkId: string, statement: () => Promise<T>): Promise<T> {
+    let slots = this.marking.get(networkId);
+    if (!slots) {
+      slots = { active: 0, waiting: [] };
+      this.marking.set(networkId, slots);
+    }
+    const held = slots;
+    // A slot is either taken at once or handed over by the statement that ends (never both).
+    if (held.active < marksPerNetwork) held.active += 1;
+    else await new Promise<void>((resolve) => held.waiting.push(resolve));
+    try {
+      return await statement();
+    } finally {
+      const next = held.waiting.shift();
+      if (next) next();
+      else {
+        held.active -= 1;
+        if (held.active === 0 && this.marking.get(networkId) === held) this.marking.delete(networkId);
+      }
+    }
   }
 
   private count(partnerName: string, moved: number, request: Pick<RunRequest, 'onPaused'>): void {
