@@ -290,12 +290,16 @@ export class DisableRunner {
       try {
         const ids = group.flatMap((waiter) => waiter.ids);
         // The finishing statement deletes the row only when nothing else is left, whoever asked.
-        const marked = await agents.markPaused(
-          agentId,
-          ids,
-          lease,
-          group.some((waiter) => waiter.finish),
+        const sentAt = Date.now();
+        const marked = await this.withMarkSlot(request.networkId, () =>
+          agents.markPaused(
+            agentId,
+            ids,
+            lease,
+            group.some((waiter) => waiter.finish),
+          ),
         );
+        renewedAt = Math.max(renewedAt, sentAt); // the statement renewed the lease (when the claim is ours)
         this.count(partnerName, marked.moved, request);
         paused += marked.moved;
         if (marked.finished) finishedByMark = true;
