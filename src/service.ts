@@ -61,14 +61,15 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   );
   const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 2 }), (pool) => pool.end());
   const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 1 }), (pool) => pool.end());
-  // The claim checks made inside spend-management slots, for requests and the worker: short reads
-  // that must not queue behind other runs' batch statements while they hold a slot.
+  // The claim checks that requests' runs make inside spend-management slots: short reads that must
+  // not queue behind other runs' batch statements while they hold a slot.
   const checkPool = resources.own('claim-check pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 4 }), (pool) => pool.end());
   const agents = createAgentRepository(requestPool, metrics);
   const queue = createDisableQueue(requestPool, metrics, checkPool);
   const workerStores = {
     agents: createAgentRepository(workerPool, metrics),
-    queue: createDisableQueue(workerPool, metrics, checkPool),
+    // The worker checks its claims on its own pool: it takes only what requests leave free.
+    queue: createDisableQueue(workerPool, metrics),
   };
 
   const campaignState = resources.own(

@@ -91,7 +91,8 @@ describe('fair sharing of spend-management calls', () => {
       while (sim.requests().length < calls + 16) await new Promise((resolve) => setTimeout(resolve, 20));
       const beside = await disable(b, bBeside);
       expect(beside).toMatchObject({ status: 200, body: { pausedCampaignCount: 400 } });
-      expect(beside.ms / alone.ms).toBeLessThan(2);
+      // Behind the backlog's 6,000 campaigns (60 calls of 100 ms on 16 slots) it would take 0.4 s more.
+      expect(beside.ms / alone.ms).toBeLessThan(2.5);
       // The worker finishes its backlog all the same.
       const end = Date.now() + 60_000;
       while ((await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = ANY($1)', [backlog])).rowCount! > 0) {

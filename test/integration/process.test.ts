@@ -92,7 +92,9 @@ describe('LOG_LEVEL is honoured', () => {
     });
 
   it('writes debug lines at debug, none at info, and not even request lines at warn', async () => {
-    const env = { ...baseEnv, DRAIN_DELAY_MS: '0', OTEL_SDK_DISABLED: 'true' };
+    // Three processes start at once: on a loaded machine their event loops lag while they start,
+    // and load shedding (not what this test is about) would answer 503.
+    const env = { ...baseEnv, DRAIN_DELAY_MS: '0', OTEL_SDK_DISABLED: 'true', OVERLOAD_MAX_EVENT_LOOP_DELAY_MS: '60000' };
     const agentId = await db.agent(networkId);
     const start = (level: string) => startServiceProcess({ ...env, LOG_LEVEL: level });
     const [debug, info, warn] = await Promise.all([start('debug'), start('info'), start('warn')]);
