@@ -234,6 +234,7 @@ REDIS_KEY_PREFIX: {{ .Values.redis.keyPrefix | quote }}
 REDIS_COMMAND_TIMEOUT_MS: {{ .Values.redis.commandTimeoutMs | int64 | toString | quote }}
 SPEND_MANAGEMENT_URL: {{ .Values.spendManagement.url | quote }}
 SPEND_MANAGEMENT_TIMEOUT_MS: {{ .Values.spendManagement.timeoutMs | int64 | toString | quote }}
+BREAKER_CONSECUTIVE_FAILURES: {{ .Values.breaker.consecutiveFailures | int64 | toString | quote }}
 BREAKER_ERROR_THRESHOLD_PERCENT: {{ .Values.breaker.errorThresholdPercent | int64 | toString | quote }}
 BREAKER_VOLUME_THRESHOLD: {{ .Values.breaker.volumeThreshold | int64 | toString | quote }}
 BREAKER_RESET_TIMEOUT_MS: {{ .Values.breaker.resetTimeoutMs | int64 | toString | quote }}
