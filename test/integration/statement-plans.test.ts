@@ -11,7 +11,7 @@ import { type DatabasePool, sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createMetrics } from '../../src/observability/metrics.js';
-import { type AgentRepository, createAgentRepository, createDatabasePool } from '../../src/stores/database.js';
+import { type AgentRepository, createAgentRepository, createDatabasePool, type DisableOutcome } from '../../src/stores/database.js';
 import { createDisableQueue, type DisableQueue } from '../../src/stores/disable-queue.js';
 import { testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
@@ -51,7 +51,7 @@ async function disable(agentId: string) {
   const claimToken = randomUUID();
   const lease = { claimToken, owner: 'plans-test', leaseMs: 30_000 };
   const author = { partnerName: 'plans', requestId: undefined };
-  const outcome = await agents.disable(networkId, agentId, author, { ...lease, traceParent: null }, 101);
+  const outcome = (await agents.disable(networkId, agentId, author, { ...lease, traceParent: null }, 101)) as DisableOutcome | undefined;
   return { claimToken, lease, outcome };
 }
 
