@@ -5,7 +5,6 @@ import { trace } from '@opentelemetry/api';
 import Fastify, { LogController } from 'fastify';
 import type { Logger } from 'pino';
 import type { Partner } from '../auth/partner-keys.js';
-import type { Metrics } from '../observability/metrics.js';
 import { installAccessLog } from './access-log.js';
 import { clientErrorHandler } from './malformed-http.js';
 import { bodyLimitBytes, errorHandler, problem, sendProblem } from './problems.js';
