@@ -266,7 +266,9 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
           ), serial AS (
             SELECT agent_id, network_id, ${changeLock(agentId)} AS locked FROM agent
           ), cleared AS (
-            DELETE FROM pending_disables p USING agent WHERE p.agent_id = agent.agent_id
+            -- After the change lock (from serial): every statement takes the agent's locks in one
+            -- order, agent row, change lock, pending row, so two of them never wait for each other.
+            DELETE FROM pending_disables p USING serial WHERE p.agent_id = serial.agent_id
           ), ${recordChange(true, author, conditions.keyClaim)}
           SELECT 1 AS one FROM agent`;
         if (!conditions.ifMatch) return (await pool.maybeOne(statement)) !== null;
@@ -307,7 +309,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
             INSERT INTO pending_disables AS p
               (agent_id, requested_at, attempts, next_attempt_at, claim_token, lease_owner, trace_parent)
             SELECT agent_id, now(), 1, now() + ${seconds(lease.leaseMs)}, ${lease.claimToken}::uuid, ${lease.owner}, ${lease.traceParent}
-            FROM agent
+            FROM serial
             ON CONFLICT (agent_id) DO UPDATE
               SET attempts = p.attempts + 1, next_attempt_at = EXCLUDED.next_attempt_at,
                   claim_token = EXCLUDED.claim_token, lease_owner = EXCLUDED.lease_owner,
