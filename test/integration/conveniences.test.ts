@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import type { LightMyRequestResponse } from 'fastify';
-import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDatabasePool } from '../../src/stores/database.js';
 import { createIdempotencyKeys } from '../../src/stores/idempotency-keys.js';
@@ -163,12 +162,9 @@ describe('Prefer: respond-async on a disable', () => {
   it('gives no 202 while a platform transaction holds the agent row: the flag first, then 202', async () => {
     const agentId = await db.agent(networkA);
     await db.campaigns(agentId, 5);
-    const platform = new pg.Client({ connectionString: databaseUrl() });
-    await platform.connect();
+    // The restriction trigger takes the agent row FOR SHARE: the disable's flag cannot be set.
+    const platform = await db.holdAgentRow(agentId);
     try {
-      await platform.query('BEGIN');
-      // The restriction trigger takes the agent row FOR SHARE: the disable's flag cannot be set.
-      await platform.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [randomUUID(), agentId]);
       let answered = false;
       const response = post({ agentId, enabled: false }, { prefer: 'respond-async' }).finally(() => {
         answered = true;
@@ -177,13 +173,12 @@ describe('Prefer: respond-async on a disable', () => {
       await new Promise((resolve) => setTimeout(resolve, 500));
       expect(answered).toBe(false);
       expect(await db.agentApproved(agentId)).toBe(true);
-      await platform.query('COMMIT');
+      await platform.commit();
       const accepted = await response;
       expect(accepted.statusCode).toBe(202);
       expect(await db.agentApproved(agentId)).toBe(false);
       await vi.waitFor(async () => expect(await pendingRow(agentId)).toBe(false), { timeout: 20_000, interval: 100 });
     } finally {
-      await platform.query('ROLLBACK').catch(() => undefined);
       await platform.end();
     }
   });
