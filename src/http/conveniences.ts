@@ -98,14 +98,15 @@ export interface HeldKey extends KeyClaim {
  * non-final one forgets the key (the repeat runs again). A replica that dies in between leaves the
  * claim to run out after `leaseMs`; a repeat then takes it over without making a change twice.
  */
-export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseMs: number) {
+export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseMs: number, isApiKey: (value: string) => boolean) {
   const held = new WeakMap<FastifyRequest, HeldKey>();
   const answers = (answer: string) => metrics.convenienceAnswers.labels({ route: 'POST /partner/agents/status', answer });
 
   const claim: preHandlerAsyncHookHandler = async (request, reply) => {
     const key = readIdempotencyKey(request.raw.rawHeaders);
     if (key === undefined) return;
-    if (key === 'malformed') return sendProblem(reply, problem('validation', convenienceTexts.malformedKey, request.id));
+    // A partner key sent by mistake is never stored: refused like a malformed key, and not echoed.
+    if (key === 'malformed' || isApiKey(key)) return sendProblem(reply, problem('validation', convenienceTexts.malformedKey, request.id));
     const { networkId } = request.partner!;
     const { agentId, enabled } = request.body as { agentId: string; enabled: boolean };
     const claimToken = randomUUID();

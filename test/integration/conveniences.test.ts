@@ -303,13 +303,14 @@ describe('Idempotency-Key on the POST', () => {
     expect(await changeCount(agentId)).toBe(2);
   });
 
-  it('answers 400 for a malformed key (empty, too long, not ASCII, sent twice) and changes nothing', async () => {
+  it('answers 400 for a malformed key (empty, too long, not ASCII, sent twice, an API key) and changes nothing', async () => {
     const agentId = await db.agent(networkA);
-    for (const key of ['', 'x'.repeat(256), 'clé', ['one', 'two']]) {
+    for (const key of ['', 'x'.repeat(256), 'clé', ['one', 'two'], keyB]) {
       const response = await post({ agentId, enabled: false }, { 'idempotency-key': key });
       expect(response.statusCode, String(key)).toBe(400);
       expect(problemType(response)).toBe('validation');
       expect(response.json().detail).toMatch(/Idempotency-Key/);
+      expect(response.body).not.toContain(keyB);
     }
     expect((await post({ agentId, enabled: true }, { 'idempotency-key': 'x'.repeat(255) })).statusCode).toBe(200);
     expect(await changeCount(agentId)).toBe(1);

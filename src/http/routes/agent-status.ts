@@ -14,6 +14,8 @@ export interface AgentStatusRouteDeps {
   guard: onRequestAsyncHookHandler[];
   requestDeadlineMs: number;
   idempotencyKeys: IdempotencyKeys;
+  /** Whether a value is a partner key (never stored as an idempotency key). */
+  isApiKey: (value: string) => boolean;
 }
 
 /** How long before its deadline a disable asked to respond asynchronously answers 202 at the latest. */
@@ -21,10 +23,10 @@ const acceptBeforeDeadlineMs = 1_000;
 
 export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> = async (
   app,
-  { agentStatus, metrics, guard, requestDeadlineMs, idempotencyKeys },
+  { agentStatus, metrics, guard, requestDeadlineMs, idempotencyKeys, isApiKey },
 ) => {
   // A claim outlives the request's deadline by a margin: only a dead replica's claim runs out.
-  const keys = idempotencyHooks(idempotencyKeys, metrics, requestDeadlineMs + 5_000);
+  const keys = idempotencyHooks(idempotencyKeys, metrics, requestDeadlineMs + 5_000, isApiKey);
   const answered = (answer: string) => metrics.convenienceAnswers.inc({ route: 'POST /partner/agents/status', answer });
   app.post(
     '/partner/agents/status',
