@@ -9,7 +9,8 @@ import { problem, sendProblem } from './problems.js';
 
 /** What the partner reads in the answers of §11; none of it ever holds what the partner sent. */
 export const convenienceTexts = {
-  malformedKey: 'Idempotency-Key must be sent once, with 1 to 255 printable ASCII characters (a UUID, say). Nothing was changed.',
+  malformedKey:
+    'Idempotency-Key must be sent once, with 1 to 255 printable ASCII characters (a UUID, say), and must not be an API key. Nothing was changed.',
   keyReused:
     'This Idempotency-Key was used for another request (another agentId or enabled) within the last 24 hours. Use a new key for a new request.',
   keyInUse:
