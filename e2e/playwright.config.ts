@@ -43,6 +43,8 @@ export default defineConfig({
       testMatch: /\.serial\.spec\.ts$/,
       dependencies: ['api'],
       fullyParallel: false,
+      // One file at a time too: two such files side by side would switch each other's mode.
+      workers: 1,
     },
     {
       name: 'browser',

@@ -37,7 +37,11 @@ export async function buildInertApp() {
       readAgentStatus: async () => {
         throw new Error('never called while generating the OpenAPI document');
       },
+      readStatusChanges: async () => {
+        throw new Error('never called while generating the OpenAPI document');
+      },
     },
+    idempotencyKeys: undefined as never,
     limits: { ...loadConfig(documentationEnvironment).limits, rateLimitMax: 0, redis: undefined as never, keyPrefix: '' },
   });
 }

@@ -17,6 +17,7 @@ import { createBreaker } from './stores/breaker.js';
 import { type CampaignStateStore, createRedisCampaignState } from './stores/campaign-state.js';
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
 import { createDisableQueue } from './stores/disable-queue.js';
+import { createIdempotencyKeys } from './stores/idempotency-keys.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
 
 export interface ServiceOptions {
@@ -71,6 +72,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     // The worker checks its claims on its own pool: it takes only what requests leave free.
     queue: createDisableQueue(workerPool, metrics),
   };
+  const idempotencyKeys = createIdempotencyKeys(requestPool, metrics);
 
   const campaignState = resources.own(
     'campaign state',
@@ -154,7 +156,15 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     disablesInFlightPerNetwork: config.limits.disablesInFlightPerNetwork,
     readAhead: readAheadSize({ batchSize: maxBatchSize, batchesInFlight: config.pipeline.batchesInFlight }),
   });
-  const worker = createConvergenceWorker({ stores: workerStores, runner, settings: config.worker, owner, metrics, log: logger });
+  const worker = createConvergenceWorker({
+    stores: workerStores,
+    runner,
+    settings: config.worker,
+    owner,
+    metrics,
+    log: logger,
+    expiredKeys: createIdempotencyKeys(workerPool, metrics),
+  });
 
   const probe = createAgentRepository(probePool, metrics);
   const readiness = createReadiness({ ping: probe.ping, keyStore, metrics });
@@ -163,6 +173,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     metrics,
     keyStore,
     agentStatus: useCase,
+    idempotencyKeys,
     isReady: readiness.isReady,
     limits: { ...config.limits, redis: rateLimitRedis, keyPrefix: config.redisKeyPrefix },
   });

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { WorkerSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ClaimedDisable } from '../stores/disable-queue.js';
+import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
 import { type DisableRunner, describeCause, type RunEnd, type RunStores } from './disable-runs.js';
 
 const tracer = trace.getTracer('partner-agent-status');
@@ -17,6 +18,9 @@ function spanContextOf(traceParent: string): SpanContext | undefined {
   const context: SpanContext = { traceId: match[1]!, spanId: match[2]!, traceFlags: Number.parseInt(match[3]!, 16), isRemote: true };
   return isSpanContextValid(context) ? context : undefined;
 }
+
+const keyPurgeIntervalMs = 60_000;
+const keyPurgeBatch = 500;
 
 type AttemptOutcome = 'completed' | 'incomplete' | 'failed' | 'superseded' | 'stopped';
 
@@ -42,8 +46,11 @@ export function createConvergenceWorker(deps: {
   owner: string;
   metrics: Metrics;
   log: Logger;
+  /** Idempotency keys, whose expired rows the worker deletes (docs/interfaces.md §11). */
+  expiredKeys: Pick<IdempotencyKeys, 'purgeExpired'>;
 }) {
   const { stores, runner, settings, metrics, log } = deps;
+  let lastPurge = 0;
   const { queue } = stores;
   const running = new Set<Promise<void>>();
   let timer: NodeJS.Timeout | undefined;
@@ -94,8 +101,28 @@ export function createConvergenceWorker(deps: {
     );
   }
 
+  /**
+   * At most once a minute: deletes the idempotency keys older than 24 hours, a few hundred per
+   * statement, so that no statement holds locks on many rows or runs long; at most 20 batches a
+   * time, the rest next time.
+   */
+  async function purgeExpiredKeys(): Promise<void> {
+    if (Date.now() - lastPurge < keyPurgeIntervalMs) return;
+    lastPurge = Date.now();
+    let purged = 0;
+    for (let batch = 0; batch < 20 && !stopped; batch += 1) {
+      const n = await deps.expiredKeys.purgeExpired(keyPurgeBatch);
+      purged += n;
+      if (n < keyPurgeBatch) break;
+    }
+    if (purged > 0) log.info({ count: purged }, 'expired idempotency keys deleted');
+  }
+
   async function poll(): Promise<void> {
     try {
+      await purgeExpiredKeys().catch((error: unknown) => {
+        log.warn({ reason: (error as Error).message }, 'could not delete expired idempotency keys; trying again later');
+      });
       const stats = await queue.pendingStats();
       metrics.pendingDisables.set(stats.count);
       metrics.pendingDisablesOldestAge.set(stats.oldestAgeSeconds);

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api';
 import { DependencyError } from '../observability/dependency-calls.js';
-import type { AgentRepository, AgentStatusView } from '../stores/database.js';
+import type { AgentRepository, AgentStatusView, ChangeConditions, StatusChangeRow } from '../stores/database.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
 import type { DisableRunner, RunCause, RunEnd } from './disable-runs.js';
 
@@ -33,6 +33,14 @@ export class DisableIncomplete extends Error {
   }
 }
 
+/** If-Match named a change that is no longer the agent's latest: nothing was changed (docs/interfaces.md §11). */
+export class PreconditionFailed extends Error {
+  override readonly name = 'PreconditionFailed';
+  constructor() {
+    super('the agent changed since the tag given in If-Match');
+  }
+}
+
 /** An enable answered after this disable was requested: its pausing stopped (docs/interfaces.md §9). */
 export class DisableSuperseded extends Error {
   override readonly name = 'DisableSuperseded';
@@ -50,6 +58,20 @@ export interface SetAgentStatusCommand {
   requestId: string | undefined;
   /** Epoch ms by which the request must be answered. */
   deadline: number;
+  /**
+   * Prefer: respond-async (docs/interfaces.md §11), disables only: from `acceptAt` (epoch ms; now, or
+   * the request's arrival plus its `wait`) a disable that is recorded, flagged and has campaigns
+   * left to pause answers 202 with its status while pausing goes on.
+   */
+  respondAsync?: { acceptAt: number };
+  /** If-Match and the idempotency key's claim. */
+  conditions?: ChangeConditions;
+  /**
+   * The change this request's idempotency key already made (a repeat that took over the claim of a
+   * request whose replica died before answering): nothing is changed or recorded again; an enable
+   * answers as it did, a disable waits for its pausing as a repeat does.
+   */
+  madeAs?: string;
 }
 
 export interface AgentStatus {
@@ -58,6 +80,14 @@ export interface AgentStatus {
   enabled: boolean;
   pausedCampaignCount: number;
 }
+
+/** A disable answered 202 (Prefer: respond-async): its status when it was accepted. */
+export interface AcceptedDisable {
+  accepted: AgentStatusView;
+}
+
+/** The status with the id of the agent's latest change, which the ETag names. */
+export type AgentStatusRead = AgentStatusView & { latestChangeId: string };
 
 export interface AgentStatusDeps {
   agents: AgentRepository;
@@ -86,6 +116,8 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
   const { agents, queue, runner } = deps;
   const stores = { agents, queue };
   const waitPollMs = deps.waitPollMs ?? 200;
+  /** How often a disable waiting to answer 202 looks at its progress. */
+  const acceptPollMs = 100;
   const answerMarginMs = deps.answerMarginMs ?? 500;
   /** networkId → agentId → requests of that agent holding the network's allowance. */
   const disabling = new Map<string, Map<string, number>>();
@@ -125,17 +157,57 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     unpausedAtStart: number | undefined;
     /** Whether agent_approved = false is known to be committed. */
     flagged: boolean;
+    /** Called when the statement has answered or the flag is set (Prefer: respond-async). */
+    changed?: () => void;
   }
 
-  async function disable(command: SetAgentStatusCommand): Promise<number> {
+  async function disable(command: SetAgentStatusCommand): Promise<number | AcceptedDisable> {
     const { networkId, agentId } = command;
     const release = reserve(networkId, agentId);
     const progress: Progress = { paused: 0, unpausedAtStart: undefined, flagged: false };
+    const answer = withinDeadline(command, progress, disableSteps(command, progress));
+    // The allowance is held until the request's own run ends, even after a 202.
+    void answer.then(release, release);
+    if (!command.respondAsync) return answer;
+    const accepted = acceptance(command.respondAsync.acceptAt, progress);
     try {
-      return await withinDeadline(command, progress, disableSteps(command, progress));
+      const first = await Promise.race([answer, accepted.promise]);
+      if (typeof first === 'number') return first;
+      // Answered 202: the rest of the run is its own business (its end is logged by the runner).
+      answer.catch(() => undefined);
+      const left = Math.max(0, (progress.unpausedAtStart ?? 0) - progress.paused);
+      return {
+        accepted: { agentId, networkId, enabled: false, activeUnpausedCampaignCount: left, disableInProgress: true },
+      };
     } finally {
-      release();
+      accepted.cancel();
     }
+  }
+
+  /**
+   * Resolves once a 202 may be given: the disable is recorded and its flag committed, campaigns
+   * were left to pause when it was recorded (otherwise the plain answer comes at once), and the
+   * wait the partner asked for is over. Looks at the progress a few times a second.
+   */
+  function acceptance(acceptAt: number, progress: Progress) {
+    let timer: NodeJS.Timeout | undefined;
+    const promise = new Promise<'accepted'>((resolve) => {
+      const look = () => {
+        clearTimeout(timer);
+        const recorded = progress.unpausedAtStart !== undefined && progress.flagged;
+        if (recorded && progress.unpausedAtStart! > 0 && Date.now() >= acceptAt) return resolve('accepted');
+        timer = setTimeout(look, recorded ? Math.max(0, Math.min(acceptPollMs, acceptAt - Date.now())) : acceptPollMs);
+      };
+      progress.changed = look;
+      look();
+    });
+    return {
+      promise,
+      cancel: () => {
+        clearTimeout(timer);
+        progress.changed = undefined;
+      },
+    };
   }
 
   /**
@@ -215,12 +287,20 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
       },
       onFlagged: () => {
         progress.flagged = true;
+        progress.changed?.();
       },
     });
   }
 
   async function disableSteps(command: SetAgentStatusCommand, progress: Progress): Promise<number> {
     const { networkId, agentId } = command;
+    if (command.madeAs !== undefined) {
+      // Recorded by an earlier holder of the idempotency key: only what a repeat does is left.
+      progress.unpausedAtStart = await agents.remainingCampaigns(agentId);
+      progress.flagged = true;
+      progress.changed?.();
+      return await waitForOtherRuns(command, command.madeAs, progress);
+    }
     const claimToken = randomUUID();
     const outcome = await agents.disable(
       networkId,
@@ -229,10 +309,13 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
       { ...runner.lease(claimToken), traceParent: currentTraceParent() },
       // One more than a chunk: the run then knows whether more follow without another statement.
       deps.readAhead + 1,
+      command.conditions,
     );
     if (!outcome) throw new AgentNotInNetwork();
+    if (outcome === 'precondition_failed') throw new PreconditionFailed();
     progress.unpausedAtStart = outcome.unpaused;
     progress.flagged = outcome.flagged;
+    progress.changed?.();
     // From here on the disable is recorded: whatever fails, the answer carries the counts.
     try {
       if (outcome.claimed) {
@@ -290,18 +373,29 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     }
   }
 
-  function setAgentStatus(command: SetAgentStatusCommand): Promise<AgentStatus> {
+  function setAgentStatus(command: SetAgentStatusCommand & { respondAsync?: undefined }): Promise<AgentStatus>;
+  function setAgentStatus(command: SetAgentStatusCommand): Promise<AgentStatus | AcceptedDisable>;
+  function setAgentStatus(command: SetAgentStatusCommand): Promise<AgentStatus | AcceptedDisable> {
     const { networkId, agentId, enabled } = command;
     return tracer.startActiveSpan('agent.set_status', async (span) => {
       span.setAttributes({ 'agent.id': agentId, 'network.id': networkId, 'agent.enabled': enabled });
       try {
         let pausedCampaignCount = 0;
         if (enabled) {
-          if (!(await agents.enable(networkId, agentId, { partnerName: command.partnerName, requestId: command.requestId }))) {
-            throw new AgentNotInNetwork();
+          // An enable made already (madeAs) answers as it did: it is never made a second time.
+          if (command.madeAs === undefined) {
+            const author = { partnerName: command.partnerName, requestId: command.requestId };
+            const done = await agents.enable(networkId, agentId, author, command.conditions);
+            if (done === 'precondition_failed') throw new PreconditionFailed();
+            if (!done) throw new AgentNotInNetwork();
           }
         } else {
-          pausedCampaignCount = await disable(command);
+          const result = await disable(command);
+          if (typeof result !== 'number') {
+            span.setAttribute('disable.accepted', true);
+            return result;
+          }
+          pausedCampaignCount = result;
         }
         span.setAttribute('campaigns.paused_count', pausedCampaignCount);
         return { agentId, networkId, enabled, pausedCampaignCount };
@@ -309,7 +403,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
         if (error instanceof DisableIncomplete || error instanceof DisableSuperseded) {
           span.setAttribute('campaigns.paused_count', error.pausedCampaignCount);
         }
-        if (!(error instanceof AgentNotInNetwork || error instanceof TooManyDisables)) {
+        if (!(error instanceof AgentNotInNetwork || error instanceof TooManyDisables || error instanceof PreconditionFailed)) {
           span.setStatus({ code: SpanStatusCode.ERROR, message: (error as Error).message });
         }
         throw error;
@@ -319,13 +413,22 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     });
   }
 
-  async function readAgentStatus(networkId: string, agentId: string): Promise<AgentStatusView> {
+  async function readAgentStatus(networkId: string, agentId: string): Promise<AgentStatusRead> {
     const status = await agents.readStatus(networkId, agentId);
     if (!status) throw new AgentNotInNetwork();
     return status;
   }
 
-  return { setAgentStatus, readAgentStatus };
+  /** The agent's change rows, newest first, `limit` of them before the change `before` (docs/interfaces.md §11). */
+  async function readStatusChanges(networkId: string, agentId: string, before: string | null, limit: number) {
+    // One more than asked: when it comes back, there is a next page.
+    const rows: StatusChangeRow[] | undefined = await agents.statusChanges(networkId, agentId, before, limit + 1);
+    if (!rows) throw new AgentNotInNetwork();
+    const page = rows.slice(0, limit);
+    return { changes: page, nextBefore: rows.length > limit ? page.at(-1)!.changeId : null };
+  }
+
+  return { setAgentStatus, readAgentStatus, readStatusChanges };
 }
 
 export type AgentStatusUseCase = ReturnType<typeof createAgentStatusUseCase>;

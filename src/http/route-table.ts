@@ -8,9 +8,11 @@ import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
 import type { PartnerKeyStore } from '../auth/partner-keys.js';
 import type { LimitSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
 import { createPartnerGuard } from './partner-guard.js';
 import { problem, problemDetails, sendProblem } from './problems.js';
 import { agentStatusRoute } from './routes/agent-status.js';
+import { statusChangesRoute } from './routes/agent-status-changes.js';
 import { agentStatusReadRoute } from './routes/agent-status-read.js';
 import { healthRoutes } from './routes/health.js';
 import { registerOpenApi } from './routes/openapi.js';
@@ -23,6 +25,8 @@ export interface RouteDeps {
   metrics: Metrics;
   keyStore: PartnerKeyStore;
   agentStatus: AgentStatusUseCase;
+  /** The Idempotency-Key store of the status change (docs/interfaces.md §11). */
+  idempotencyKeys: IdempotencyKeys;
   /** Readiness: keys loaded, database reachable, not draining. */
   isReady: () => Promise<boolean>;
   /** redis: the rate limit's client, absent when the limit is off (RATE_LIMIT_MAX=0). */
@@ -77,8 +81,11 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
       metrics,
       guard,
       requestDeadlineMs: deps.limits.requestDeadlineMs,
+      idempotencyKeys: deps.idempotencyKeys,
+      isApiKey: (value) => keyStore.holds(value),
     });
     await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus, guard });
+    await partnerApi.register(statusChangesRoute, { agentStatus: deps.agentStatus, guard });
   });
 
   for (const [url, methods] of served) {

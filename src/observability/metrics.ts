@@ -174,6 +174,12 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       labelNames: ['partner', 'limit'] as const,
       registers: [registry],
     }),
+    convenienceAnswers: new Counter({
+      name: 'partner_convenience_answers_total',
+      help: 'Answers shaped by the partner conveniences, by route and answer (replayed: an Idempotency-Key repeat; key_in_use: 409; key_reused: 422; precondition_failed: 412 to If-Match; accepted: 202 to Prefer: respond-async).',
+      labelNames: ['route', 'answer'] as const,
+      registers: [registry],
+    }),
     rateLimitStoreErrors: new Counter({
       name: 'rate_limit_store_errors_total',
       help: 'Rate-limit checks that could not reach Redis; the request was let through (the limit fails open).',
@@ -214,6 +220,9 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   for (const dependency of ['spend_management', 'redis', 'postgres']) metrics.campaignsNotConfirmed.inc({ dependency }, 0);
   for (const status of ['401', '403']) metrics.spendManagementAuthFailures.inc({ status }, 0);
   metrics.rateLimitStoreErrors.inc(0);
+  for (const answer of ['replayed', 'key_in_use', 'key_reused', 'precondition_failed', 'accepted']) {
+    metrics.convenienceAnswers.inc({ route: 'POST /partner/agents/status', answer }, 0);
+  }
   metrics.requestsShed.inc(0);
   metrics.logLinesSuppressed.inc({ reason: 'auth_failure' }, 0);
   metrics.pendingDisables.set(0);

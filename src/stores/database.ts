@@ -2,6 +2,7 @@ import { createPgDriverFactory } from '@slonik/pg-driver';
 import pg from 'pg';
 import {
   BackendTerminatedError,
+  type CommonQueryMethods,
   ConnectionError,
   createPool,
   type DatabasePool,
@@ -102,8 +103,18 @@ const statusRow = z.object({
   agent_approved: z.boolean(),
   active_unpaused: z.number(),
   in_progress: z.boolean(),
+  latest_change_id: z.string(),
 });
 const idsRow = z.object({ ids: z.array(z.string()) });
+const latestRow = z.object({ found: z.boolean(), latest: z.string() });
+const lockedRow = z.object({ locked: z.boolean() });
+const historyRow = z.object({
+  change_id: z.string().nullable(),
+  enabled: z.boolean().nullable(),
+  partner_name: z.string().nullable(),
+  request_id: z.string().nullable(),
+  changed_at: z.string().nullable(),
+});
 const countRow = z.object({ n: z.number() });
 
 /** Who asked for a status change, for the audit trail (never the key). */
@@ -144,6 +155,27 @@ export interface AgentStatusView {
 }
 
 /**
+ * What a status change may additionally be bound to (docs/interfaces.md §11). `ifMatch`: the change
+ * is made only while the agent's latest change row is one of these ids ('0': the agent has none);
+ * the check and the change are one transaction, serialised with every other change of the agent.
+ * `keyClaim`: the idempotency key this request holds; the change's statement records its change id
+ * there, fenced by the claim.
+ */
+export interface ChangeConditions {
+  ifMatch?: readonly string[];
+  keyClaim?: { networkId: string; key: string; claimToken: string };
+}
+
+/** An agent's change rows, newest first, after the statement that checked the network. */
+export interface StatusChangeRow {
+  changeId: string;
+  enabled: boolean;
+  partnerName: string;
+  requestId: string | null;
+  changedAt: string;
+}
+
+/**
  * The agent and campaign statements. Each method is one autocommit statement; the hot ones are
  * named prepared statements (parsed and planned once per connection: the pool never resets its
  * connections, so they survive); the network id from the partner's key is part of every agent
@@ -151,8 +183,11 @@ export interface AgentStatusView {
  * its lease are src/stores/disable-queue.ts.
  */
 export interface AgentRepository {
-  /** agent_approved = true, the pending disable deleted, a change row appended; false: not in the network. */
-  enable(networkId: string, agentId: string, author: ChangeAuthor): Promise<boolean>;
+  /**
+   * agent_approved = true, the pending disable deleted, a change row appended; false: not in the
+   * network; 'precondition_failed': `conditions.ifMatch` did not match, nothing changed.
+   */
+  enable(networkId: string, agentId: string, author: ChangeAuthor, conditions?: ChangeConditions): Promise<boolean | 'precondition_failed'>;
   /**
    * Records the disable without waiting for any lock: the pending row upserted (claimed for this
    * request unless another live run holds it) and a change row appended; agent_approved = false
@@ -164,8 +199,12 @@ export interface AgentRepository {
     author: ChangeAuthor,
     lease: Lease & { traceParent: string | null },
     batchSize: number,
-  ): Promise<DisableOutcome | undefined>;
-  readStatus(networkId: string, agentId: string): Promise<AgentStatusView | undefined>;
+    conditions?: ChangeConditions,
+  ): Promise<DisableOutcome | undefined | 'precondition_failed'>;
+  /** The status, and the id of the agent's latest change row ('0' when it has none). */
+  readStatus(networkId: string, agentId: string): Promise<(AgentStatusView & { latestChangeId: string }) | undefined>;
+  /** Up to `limit` change rows of the agent before the change `before` (null: the latest), newest first; undefined: not in the network. */
+  statusChanges(networkId: string, agentId: string, before: string | null, limit: number): Promise<StatusChangeRow[] | undefined>;
   /** The agent's next active, unpaused campaigns after `after`, in campaign order. A read only. */
   nextBatch(agentId: string, after: string | null, batchSize: number): Promise<string[]>;
   /**
@@ -188,38 +227,76 @@ export interface AgentRepository {
 
 export const seconds = (ms: number) => sql.fragment`make_interval(secs => ${ms / 1000})`;
 
+/**
+ * The transaction-level advisory lock that serialises the changes of one agent (class 1885434739,
+ * the agent id's hash): every statement that appends a change row takes it before the row gets its
+ * id and holds it to its commit, so an agent's change ids are committed in their order (the ETag,
+ * the latest id, only grows) and a conditional change sees every change committed before it.
+ * Nothing that holds it waits for anything else: an enable takes it only once it has the agent row.
+ */
+const changeLock = (agentId: string) => sql.fragment`pg_advisory_xact_lock(1885434739, hashtext(${agentId}))`;
+
+/**
+ * The CTEs `change` and `keyed` of a status change's statement: the change row, appended from the
+ * CTE `serial` (after the change lock), and its id written to the idempotency key this request
+ * holds, fenced by the claim (no key: no row matches).
+ */
+const recordChange = (enabled: boolean, author: ChangeAuthor, claim: ChangeConditions['keyClaim']) => sql.fragment`change AS (
+    INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name, request_id)
+    SELECT agent_id, network_id, ${enabled}, ${author.partnerName}, ${author.requestId ?? null} FROM serial
+    RETURNING change_id
+  ), keyed AS (
+    UPDATE idempotency_keys k SET change_id = c.change_id FROM change c
+    WHERE k.network_id = ${claim?.networkId ?? null}::uuid AND k.idempotency_key = ${claim?.key ?? null}
+      AND k.claim_token = ${claim?.claimToken ?? null}::uuid
+  )`;
+
 export function createAgentRepository(pool: DatabasePool, metrics: Metrics): AgentRepository {
   const timed = postgresCall(metrics);
   const unpausedOf = (agentId: string) => sql.fragment`c.agent_id = ${agentId} AND c.active AND NOT c.paused`;
 
   return {
-    enable: (networkId, agentId, author) =>
+    enable: (networkId, agentId, author, conditions = {}) =>
       timed('enable_agent', async () => {
-        const row = await pool.maybeOne(sql.prepared('pas_enable_agent', oneRow)`
+        const statement = sql.prepared('pas_enable_agent', oneRow)`
           WITH agent AS (
             UPDATE agents SET agent_approved = true
             WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid
             RETURNING agent_id, network_id
+          ), serial AS (
+            SELECT agent_id, network_id, ${changeLock(agentId)} AS locked FROM agent
           ), cleared AS (
-            DELETE FROM pending_disables p USING agent WHERE p.agent_id = agent.agent_id
-          ), change AS (
-            INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name, request_id)
-            SELECT agent_id, network_id, true, ${author.partnerName}, ${author.requestId ?? null} FROM agent
-          )
-          SELECT 1 AS one FROM agent`);
-        return row !== null;
+            -- After the change lock (from serial): every statement takes the agent's locks in one
+            -- order, agent row, change lock, pending row, so two of them never wait for each other.
+            DELETE FROM pending_disables p USING serial WHERE p.agent_id = serial.agent_id
+          ), ${recordChange(true, author, conditions.keyClaim)}
+          SELECT 1 AS one FROM agent`;
+        if (!conditions.ifMatch) return (await pool.maybeOne(statement)) !== null;
+        const ifMatch = conditions.ifMatch;
+        return pool.transaction(async (tx) => {
+          // The agent row first (an enable may wait for it), then the agent's change lock.
+          const agent = await tx.maybeOne(sql.type(oneRow)`
+            SELECT 1 AS one FROM agents WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid FOR NO KEY UPDATE`);
+          if (!agent) return false;
+          const verdict = await checkLatest(tx, networkId, agentId, ifMatch);
+          if (verdict !== 'match') return verdict === 'absent' ? false : 'precondition_failed';
+          return (await tx.maybeOne(statement)) !== null;
+        });
       }),
 
-    disable: (networkId, agentId, author, lease, batchSize) =>
+    disable: (networkId, agentId, author, lease, batchSize, conditions = {}) =>
       timed('disable_agent', async () => {
         // The agent row is read plainly (the pending and change rows' foreign keys take only FOR
         // KEY SHARE, which no platform transaction conflicts with) and flagged only when it can be
         // locked at once: a platform transaction that wrote one of the agent's campaigns holds it
         // FOR SHARE (the restriction trigger) and would make an UPDATE wait.
-        const row = await pool.maybeOne(sql.prepared('pas_disable_agent', disableRow)`
+        const statement = sql.prepared('pas_disable_agent', disableRow)`
           WITH agent AS (
             SELECT agent_id, network_id FROM agents
             WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid
+          ), serial AS (
+            -- The change lock before the change row gets its id; held only by short statements.
+            SELECT agent_id, network_id, ${changeLock(agentId)} AS locked FROM agent
           ), lockable AS (
             SELECT agent_id FROM agents
             WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid
@@ -232,25 +309,36 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
             INSERT INTO pending_disables AS p
               (agent_id, requested_at, attempts, next_attempt_at, claim_token, lease_owner, trace_parent)
             SELECT agent_id, now(), 1, now() + ${seconds(lease.leaseMs)}, ${lease.claimToken}::uuid, ${lease.owner}, ${lease.traceParent}
-            FROM agent
+            FROM serial
             ON CONFLICT (agent_id) DO UPDATE
               SET attempts = p.attempts + 1, next_attempt_at = EXCLUDED.next_attempt_at,
                   claim_token = EXCLUDED.claim_token, lease_owner = EXCLUDED.lease_owner,
                   trace_parent = EXCLUDED.trace_parent
               WHERE p.claim_token IS NULL OR p.next_attempt_at <= now()
             RETURNING 1
-          ), change AS (
-            INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name, request_id)
-            SELECT agent_id, network_id, false, ${author.partnerName}, ${author.requestId ?? null} FROM agent
-            RETURNING change_id
-          )
+          ), ${recordChange(false, author, conditions.keyClaim)}
           SELECT (SELECT change_id FROM change)::text AS change_id,
                  EXISTS (SELECT 1 FROM pending) AS claimed,
                  EXISTS (SELECT 1 FROM flagged) AS flagged,
                  ARRAY(SELECT id::text FROM public.unpaused_campaigns_after(agent.agent_id, NULL, ${batchSize}) AS id
                        WHERE EXISTS (SELECT 1 FROM flagged)) AS campaign_ids,
                  (SELECT count(*) FROM campaigns c WHERE ${unpausedOf(agentId)})::int AS unpaused
-          FROM agent`);
+          FROM agent`;
+        let row: z.infer<typeof disableRow> | null;
+        if (conditions.ifMatch) {
+          const ifMatch = conditions.ifMatch;
+          const result = await pool.transaction(async (tx) => {
+            // No wait for the agent row here: the change lock, then the check, then the statement.
+            const verdict = await checkLatest(tx, networkId, agentId, ifMatch);
+            if (verdict !== 'match') return verdict;
+            return tx.maybeOne(statement);
+          });
+          if (result === 'absent') return undefined;
+          if (result === 'mismatch') return 'precondition_failed';
+          row = result;
+        } else {
+          row = await pool.maybeOne(statement);
+        }
         return row
           ? { changeId: row.change_id, claimed: row.claimed, flagged: row.flagged, firstBatch: row.campaign_ids, unpaused: row.unpaused }
           : undefined;
@@ -261,7 +349,8 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
         const row = await pool.maybeOne(sql.prepared('pas_read_agent_status', statusRow)`
           SELECT a.agent_id, a.network_id::text AS network_id, a.agent_approved,
                  (SELECT count(*) FROM campaigns c WHERE ${unpausedOf(agentId)})::int AS active_unpaused,
-                 EXISTS (SELECT 1 FROM pending_disables p WHERE p.agent_id = a.agent_id) AS in_progress
+                 EXISTS (SELECT 1 FROM pending_disables p WHERE p.agent_id = a.agent_id) AS in_progress,
+                 coalesce((SELECT max(s.change_id) FROM agent_status_changes s WHERE s.agent_id = a.agent_id), 0)::text AS latest_change_id
           FROM agents a
           WHERE a.agent_id = ${agentId} AND a.network_id = ${networkId}::uuid`);
         return row
@@ -271,8 +360,41 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
               enabled: row.agent_approved,
               activeUnpausedCampaignCount: row.active_unpaused,
               disableInProgress: row.in_progress,
+              latestChangeId: row.latest_change_id,
             }
           : undefined;
+      }),
+
+    statusChanges: (networkId, agentId, before, limit) =>
+      timed('read_status_changes', async () => {
+        // coalesce, not "$before IS NULL OR …": a generic plan keeps coalesce as an index condition.
+        const rows = await pool.any(sql.prepared('pas_read_status_changes', historyRow)`
+          SELECT s.change_id::text AS change_id, s.enabled, s.partner_name, s.request_id,
+                 to_char(s.changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS changed_at
+          FROM agents a
+          LEFT JOIN LATERAL (
+            SELECT * FROM agent_status_changes c
+            WHERE c.agent_id = a.agent_id AND c.network_id = a.network_id
+              AND c.change_id < coalesce(${before}::bigint, 9223372036854775807)
+            ORDER BY c.change_id DESC
+            LIMIT ${limit}
+          ) s ON true
+          WHERE a.agent_id = ${agentId} AND a.network_id = ${networkId}::uuid
+          ORDER BY s.change_id DESC`);
+        if (rows.length === 0) return undefined;
+        return rows.flatMap((row) =>
+          row.change_id === null
+            ? []
+            : [
+                {
+                  changeId: row.change_id,
+                  enabled: row.enabled!,
+                  partnerName: row.partner_name!,
+                  requestId: row.request_id,
+                  changedAt: row.changed_at!,
+                },
+              ],
+        );
       }),
 
     nextBatch: (agentId, after, batchSize) =>
@@ -335,4 +457,23 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
         await pool.oneFirst(sql.type(oneRow)`SELECT 1 AS one`);
       }),
   };
+}
+
+/**
+ * Inside a conditional change's transaction: takes the agent's change lock, then (a statement of its
+ * own, so that its snapshot sees every change committed before the lock was granted) compares the
+ * latest change id with the ones the request accepts.
+ */
+async function checkLatest(
+  tx: CommonQueryMethods,
+  networkId: string,
+  agentId: string,
+  accepted: readonly string[],
+): Promise<'match' | 'mismatch' | 'absent'> {
+  await tx.one(sql.type(lockedRow)`SELECT ${changeLock(agentId)} IS NULL AS locked`);
+  const row = await tx.one(sql.type(latestRow)`
+    SELECT EXISTS (SELECT 1 FROM agents WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid) AS found,
+           coalesce((SELECT max(change_id) FROM agent_status_changes WHERE agent_id = ${agentId}), 0)::text AS latest`);
+  if (!row.found) return 'absent';
+  return accepted.includes(row.latest) ? 'match' : 'mismatch';
 }

@@ -94,8 +94,14 @@ export async function measure(
   return { figure, problems, answeredAsExpected };
 }
 
-/** POSTs of `{agentId, enabled}` to `url`, cycling through `agentIds`. */
-export function statusPosts(url: string, apiKeys: readonly string[], agentIds: readonly string[], enabled: boolean): autocannon.Options {
+/** POSTs of `{agentId, enabled}` to `url`, cycling through `agentIds`; `extraHeaders` adds headers of each request's own. */
+export function statusPosts(
+  url: string,
+  apiKeys: readonly string[],
+  agentIds: readonly string[],
+  enabled: boolean,
+  extraHeaders?: () => Record<string, string>,
+): autocannon.Options {
   let next = 0;
   return {
     url,
@@ -106,7 +112,7 @@ export function statusPosts(url: string, apiKeys: readonly string[], agentIds: r
           const n = next++;
           return {
             ...request,
-            headers: { 'content-type': 'application/json', 'x-api-key': apiKeys[n % apiKeys.length]! },
+            headers: { 'content-type': 'application/json', 'x-api-key': apiKeys[n % apiKeys.length]!, ...extraHeaders?.() },
             body: JSON.stringify({ agentId: agentIds[n % agentIds.length], enabled }),
           };
         },

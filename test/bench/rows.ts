@@ -52,6 +52,8 @@ export function tableRows(results: Results, plan: Plan): Row[] {
       ...floorOf('enable floor', 'floor: enable (rate-limit EVALSHA + durable write) via node-postgres'),
       target: { of: 'ratio', op: '>=', limit: 0.85 },
     }),
+    // The cost of an Idempotency-Key: a claim before the enable and its answer kept after it.
+    perSecond('enable with an Idempotency-Key (a new key each)', 'enable, Idempotency-Key', floorOf('enable without one', 'enable')),
     perSecond('401 path (unknown keys)', '401 path', {
       ...floorOf('bare Fastify', 'floor: bare Fastify route'),
       target: { of: 'ratio', op: '>=', limit: 0.8 },

@@ -19,7 +19,7 @@ import { cleanUp, createContext, phase, type Service, startService, stop } from 
 import { isSelected, type Phase, parseOptions } from './options.js';
 import { disablesUnderLoad } from './phases/concurrent.js';
 import { disableAcrossNetwork, disableLatency } from './phases/disable-latency.js';
-import { enablePhase } from './phases/enable.js';
+import { enablePhase, idempotencyPhase } from './phases/enable.js';
 import { fairness } from './phases/fairness.js';
 import { databaseFloors, floor } from './phases/floors.js';
 import { overTheLimit } from './phases/rate-limited.js';
@@ -63,6 +63,7 @@ await phase(ctx, 'service (tracing off)', async () => {
 if (selected('floors')) await databaseFloors(ctx);
 const up = service;
 if (up && selected('enable')) await enablePhase(ctx, up);
+if (up && selected('idempotency')) await idempotencyPhase(ctx, up);
 if (selected('tracing')) {
   await phase(ctx, 'service (tracing on)', () => tracedEnable(ctx));
   await phase(ctx, 'service (tracing 10 %)', () => sampledEnable(ctx));

@@ -11,7 +11,7 @@ import { type DatabasePool, sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createMetrics } from '../../src/observability/metrics.js';
-import { type AgentRepository, createAgentRepository, createDatabasePool } from '../../src/stores/database.js';
+import { type AgentRepository, createAgentRepository, createDatabasePool, type DisableOutcome } from '../../src/stores/database.js';
 import { createDisableQueue, type DisableQueue } from '../../src/stores/disable-queue.js';
 import { testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
@@ -51,7 +51,7 @@ async function disable(agentId: string) {
   const claimToken = randomUUID();
   const lease = { claimToken, owner: 'plans-test', leaseMs: 30_000 };
   const author = { partnerName: 'plans', requestId: undefined };
-  const outcome = await agents.disable(networkId, agentId, author, { ...lease, traceParent: null }, 101);
+  const outcome = (await agents.disable(networkId, agentId, author, { ...lease, traceParent: null }, 101)) as DisableOutcome | undefined;
   return { claimToken, lease, outcome };
 }
 
@@ -119,5 +119,36 @@ describe("the last batch's statement finishes the run only when nothing is left 
     expect(await agents.markPaused(agentId, outcome!.firstBatch, lease, true)).toEqual({ moved: 3, skipped: [], finished: true });
     expect(await pending(agentId)).toBe(false);
     expect((await db.pausedIds(agentId)).size).toBe(5);
+  });
+});
+
+describe('the status history reads by index on generic plans (docs/interfaces.md §11)', () => {
+  it('pages an agent with thousands of changes beside agents with none without a sequential scan', async () => {
+    const busy = await db.agent(networkId);
+    await db.pool.query(
+      `INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name)
+       SELECT $1, $2::uuid, i % 2 = 0, 'plans' FROM generate_series(1, 5000) i`,
+      [busy, networkId],
+    );
+    await db.pool.query('ANALYZE agent_status_changes');
+    const counters = async () => {
+      await pool.query(sql.unsafe`SELECT pg_stat_force_next_flush()`);
+      return pool.one(
+        sql.type(
+          scans,
+        )`SELECT seq_scan::int, coalesce(idx_scan, 0)::int AS idx_scan FROM pg_stat_user_tables WHERE relname = 'agent_status_changes'`,
+      );
+    };
+    const before = await counters();
+    let cursor: string | null = null;
+    for (let page = 0; page < 3; page += 1) {
+      const rows = await agents.statusChanges(networkId, busy, cursor, 21);
+      expect(rows).toHaveLength(21);
+      cursor = rows![19]!.changeId;
+    }
+    expect(await agents.statusChanges(networkId, await db.agent(networkId), null, 21)).toEqual([]);
+    const after = await counters();
+    expect(after.idx_scan).toBeGreaterThan(before.idx_scan);
+    expect(after.seq_scan - before.seq_scan).toBe(0);
   });
 });

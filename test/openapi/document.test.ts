@@ -110,6 +110,7 @@ describe('the document is a partner reference', () => {
     expect(Object.keys(generated.paths).sort()).toEqual([
       '/partner/agents/status',
       '/partner/agents/{agentId}/status',
+      '/partner/agents/{agentId}/status-changes',
       '/partner/openapi.json',
     ]);
   });
@@ -163,7 +164,21 @@ describe('the document is a partner reference', () => {
 
   it('documents 200 and every error of the status operation, errors as problem+json with the shared Problem schema', () => {
     const responses = generated.paths[statusPath].post.responses;
-    expect(Object.keys(responses).sort()).toEqual(['200', '400', '401', '404', '409', '413', '415', '429', '500', '503']);
+    expect(Object.keys(responses).sort()).toEqual([
+      '200',
+      '202',
+      '400',
+      '401',
+      '404',
+      '409',
+      '412',
+      '413',
+      '415',
+      '422',
+      '429',
+      '500',
+      '503',
+    ]);
     expect(Object.keys(responses['200'].content)).toEqual(['application/json']);
     const knownTypes = new Map(
       Object.entries(problemTypes).map(([kind, { status, title }]) => [
@@ -171,7 +186,7 @@ describe('the document is a partner reference', () => {
         { status, title },
       ]),
     );
-    for (const status of ['400', '401', '404', '409', '413', '415', '429', '500', '503']) {
+    for (const status of ['400', '401', '404', '409', '412', '413', '415', '422', '429', '500', '503']) {
       const { content } = responses[status];
       expect(Object.keys(content), status).toEqual(['application/problem+json']);
       expect(content['application/problem+json'].schema, status).toEqual({ $ref: '#/components/schemas/Problem' });
@@ -216,6 +231,9 @@ describe('docs/partner-guide.md agrees with the document', () => {
     const responses = generated.paths[statusPath].post.responses;
     const success = compile(responses['200'].content['application/json'].schema);
     const status = compile(generated.paths['/partner/agents/{agentId}/status'].get.responses['200'].content['application/json'].schema);
+    const history = compile(
+      generated.paths['/partner/agents/{agentId}/status-changes'].get.responses['200'].content['application/json'].schema,
+    );
     const problemBody = compile(generated.components.schemas.Problem);
     let problems = 0;
     for (const text of bodies) {
@@ -232,10 +250,10 @@ describe('docs/partner-guide.md agrees with the document', () => {
           text,
         ).toContainEqual({ type: body.type, title: body.title });
       } else {
-        expect(success(body) || status(body), text).toBe(true);
+        expect(success(body) || status(body) || history(body), text).toBe(true);
       }
     }
     expect(problems).toBeGreaterThanOrEqual(6);
-    expect(bodies.length - problems).toBe(3);
+    expect(bodies.length - problems).toBe(7);
   });
 });

@@ -150,7 +150,11 @@ describe('attached to the real app, it checks every response as sent', () => {
         readAgentStatus: async () => {
           throw new AgentNotInNetwork();
         },
+        readStatusChanges: async () => {
+          throw new AgentNotInNetwork();
+        },
       },
+      idempotencyKeys: undefined as never,
       isReady: async () => true,
       limits: {
         ...loadConfig({

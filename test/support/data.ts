@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { issueKey } from '../../src/auth/issued-key.js';
 import { databaseUrl } from './database-url.js';
@@ -24,6 +25,23 @@ export function testDatabase() {
     async pausedIds(agentId: string): Promise<Set<string>> {
       const { rows } = await pool.query('SELECT campaign_id FROM campaigns WHERE agent_id = $1 AND paused', [agentId]);
       return new Set(rows.map((row) => row.campaign_id));
+    },
+    /**
+     * A platform transaction that wrote a campaign of the agent and stays open: the restriction
+     * trigger holds the agent row FOR SHARE until `commit` (or `end`, which rolls back).
+     */
+    async holdAgentRow(agentId: string) {
+      const client = new pg.Client({ connectionString: databaseUrl() });
+      await client.connect();
+      await client.query('BEGIN');
+      await client.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [randomUUID(), agentId]);
+      return {
+        commit: () => client.query('COMMIT'),
+        end: async () => {
+          await client.query('ROLLBACK').catch(() => undefined);
+          await client.end();
+        },
+      };
     },
     close: () => pool.end(),
   };

@@ -85,7 +85,23 @@ export function inMemoryStores() {
         enabled: agent.approved,
         activeUnpausedCampaignCount: unpaused(agentId).length,
         disableInProgress: pending.has(agentId),
+        latestChangeId: String(changes.findLast((change) => change.agentId === agentId)?.changeId ?? 0),
       };
+    },
+    async statusChanges(networkId, agentId, before, limit) {
+      const agent = agents.get(agentId);
+      if (!agent || agent.networkId !== networkId) return undefined;
+      return changes
+        .filter((change) => change.agentId === agentId && (before === null || change.changeId < Number(before)))
+        .reverse()
+        .slice(0, limit)
+        .map((change) => ({
+          changeId: String(change.changeId),
+          enabled: change.enabled,
+          partnerName: 'in-memory',
+          requestId: null,
+          changedAt: new Date(0).toISOString(),
+        }));
     },
     async nextBatch(agentId, after, batchSize) {
       statements.push('next_campaign_batch');

@@ -51,7 +51,7 @@ function protocol(options: { slots?: number; delayMs?: number } = {}) {
     waitPollMs: 10,
     answerMarginMs: 100,
   });
-  const command = (agentId: string, enabled: boolean, deadlineMs = 5_000): SetAgentStatusCommand => ({
+  const command = (agentId: string, enabled: boolean, deadlineMs = 5_000): SetAgentStatusCommand & { respondAsync?: undefined } => ({
     networkId,
     agentId,
     enabled,

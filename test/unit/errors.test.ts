@@ -17,6 +17,9 @@ describe('problem details (RFC 9457)', () => {
       notFound: 404,
       methodNotAllowed: 405,
       superseded: 409,
+      idempotencyKeyInUse: 409,
+      preconditionFailed: 412,
+      idempotencyKeyReused: 422,
       payloadTooLarge: 413,
       unsupportedMediaType: 415,
       rateLimited: 429,
@@ -36,6 +39,9 @@ describe('problem details (RFC 9457)', () => {
       tooManyDisables: 'urn:partner-agent-status:problem:too-many-disables',
       dependencyFailure: 'urn:partner-agent-status:problem:dependency-failure',
       unavailable: 'urn:partner-agent-status:problem:unavailable',
+      idempotencyKeyInUse: 'urn:partner-agent-status:problem:idempotency-key-in-use',
+      preconditionFailed: 'urn:partner-agent-status:problem:precondition-failed',
+      idempotencyKeyReused: 'urn:partner-agent-status:problem:idempotency-key-reused',
     });
   });
 

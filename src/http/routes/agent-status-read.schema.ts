@@ -2,22 +2,16 @@
 // handler is agent-status-read.ts.
 import { Type } from '@fastify/type-provider-typebox';
 import { partnerTexts, problemDetails } from '../problems.js';
-import { agentIdPattern, exampleAgentId, exampleNetworkId, limitResponses, rateLimitHeaders } from './agent-status.schema.js';
+import {
+  AgentStatusView,
+  agentIdPattern,
+  disablingExample,
+  exampleAgentId,
+  exampleNetworkId,
+  limitResponses,
+  rateLimitHeaders,
+} from './agent-status.schema.js';
 import { problemResponse } from './problem-schema.js';
-
-const AgentStatusView = Type.Object(
-  {
-    agentId: Type.String({ pattern: agentIdPattern, description: 'The agent, `us-east-1:<uuid>`.' }),
-    networkId: Type.String({ format: 'uuid', description: 'The network of your API key.' }),
-    enabled: Type.Boolean({ description: "The agent's approval (`agentApproved`)." }),
-    activeUnpausedCampaignCount: Type.Integer({ minimum: 0, description: 'Campaigns of the agent that are active and not paused.' }),
-    disableInProgress: Type.Boolean({
-      description:
-        'true while an accepted disable is still pausing campaigns (the service finishes it by itself); false once it is done or superseded by an enable.',
-    }),
-  },
-  { additionalProperties: false },
-);
 
 /** The route's schema and OpenAPI settings. */
 export function readAgentStatusDocumentation() {
@@ -28,7 +22,8 @@ export function readAgentStatusDocumentation() {
       description:
         "The agent's approval, how many of its campaigns are active and unpaused, and whether a disable is still in progress. " +
         'The agent id goes in the path as is (`us-east-1:<uuid>`, the colon may be percent-encoded as `%3A`). ' +
-        'Same key rules as the status change: an agent of another network gets a 404 identical to the one for an agent that does not exist.',
+        'Same key rules as the status change: an agent of another network gets a 404 identical to the one for an agent that does not exist. ' +
+        "The `ETag` names the agent's latest status change: send it as `If-Match` with a status change to make it only if nothing changed since.",
       tags: ['Agents'],
       security: [{ apiKey: [] }],
       params: Type.Object({
@@ -37,21 +32,20 @@ export function readAgentStatusDocumentation() {
       response: {
         200: {
           description: "The agent's status.",
-          headers: rateLimitHeaders,
+          headers: {
+            etag: {
+              type: 'string',
+              pattern: '^"[^"]*"$',
+              description:
+                "Strong entity tag naming the agent's latest status change (opaque): it changes exactly when a status change is recorded, not when counts change. Send it as `If-Match` on `POST /partner/agents/status`.",
+            },
+            ...rateLimitHeaders,
+          },
           content: {
             'application/json': {
               schema: AgentStatusView,
               examples: {
-                disabling: {
-                  summary: 'A disable still pausing campaigns',
-                  value: {
-                    agentId: exampleAgentId,
-                    networkId: exampleNetworkId,
-                    enabled: false,
-                    activeUnpausedCampaignCount: 40,
-                    disableInProgress: true,
-                  },
-                },
+                disabling: { summary: 'A disable still pausing campaigns', value: disablingExample },
                 disabled: {
                   summary: 'Disabled, every campaign paused',
                   value: {

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
 import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
+import { etagOf } from '../conveniences.js';
 import { readAgentStatusDocumentation } from './agent-status-read.schema.js';
 
 export interface AgentStatusReadRouteDeps {
@@ -16,11 +17,13 @@ export const agentStatusReadRoute: FastifyPluginAsyncTypebox<AgentStatusReadRout
       onRequest: guard,
       ...readAgentStatusDocumentation(),
     },
-    async (request) => {
+    async (request, reply) => {
       const { agentId } = request.params;
       request.audit.agentId = agentId;
-      const status = await agentStatus.readAgentStatus(request.partner!.networkId, agentId);
+      const { latestChangeId, ...status } = await agentStatus.readAgentStatus(request.partner!.networkId, agentId);
       request.audit.outcome = 'read';
+      // Only on the 200: the 404 stays the same whether the agent exists elsewhere or nowhere.
+      reply.header('etag', etagOf(latestChangeId));
       return status;
     },
   );

@@ -1,6 +1,7 @@
 // The documentation of POST /partner/agents/status: its schemas, examples and texts, as the
 // OpenAPI document and the reference page show them. The handler is agent-status.ts.
 import { Type } from '@fastify/type-provider-typebox';
+import { convenienceTexts } from '../conveniences.js';
 import { bodyLimitBytes, partnerTexts, problemDetails } from '../problems.js';
 import { problemResponse } from './problem-schema.js';
 
@@ -50,6 +51,64 @@ export const limitResponses = {
   ),
 };
 
+/** The status of an agent (docs/interfaces.md §9): the GET's answer and the body of a 202. */
+export const AgentStatusView = Type.Object(
+  {
+    agentId: Type.String({ pattern: agentIdPattern, description: 'The agent, `us-east-1:<uuid>`.' }),
+    networkId: Type.String({ format: 'uuid', description: 'The network of your API key.' }),
+    enabled: Type.Boolean({ description: "The agent's approval (`agentApproved`)." }),
+    activeUnpausedCampaignCount: Type.Integer({ minimum: 0, description: 'Campaigns of the agent that are active and not paused.' }),
+    disableInProgress: Type.Boolean({
+      description:
+        'true while an accepted disable is still pausing campaigns (the service finishes it by itself); false once it is done or superseded by an enable.',
+    }),
+  },
+  { additionalProperties: false },
+);
+
+/** The status of an agent whose disable is still pausing campaigns (the GET's example and the 202's). */
+export const disablingExample = {
+  agentId: exampleAgentId,
+  networkId: exampleNetworkId,
+  enabled: false,
+  activeUnpausedCampaignCount: 40,
+  disableInProgress: true,
+};
+
+/** Idempotent-Replayed on an answer repeated for an Idempotency-Key (docs/interfaces.md §11). */
+const replayedHeader = {
+  'idempotent-replayed': {
+    type: 'string',
+    enum: ['true'],
+    description: 'Present, `true`, when this is the kept answer of an earlier request with the same `Idempotency-Key`.',
+  },
+};
+
+/** The request headers of §11 that the POST reads; validated by the handler, so that each has its own 400. */
+const ConvenienceHeaders = Type.Object({
+  'idempotency-key': Type.Optional(
+    Type.String({
+      description:
+        'Makes the request safe to repeat for 24 hours: 1 to 255 printable ASCII characters (a UUID, say), sent once, chosen by you and scoped to your network. A repeat with the same key and the same body answers the first final answer again (200, 202, 404 or 409) with `Idempotent-Replayed: true`, without doing anything; the same key with another body is a 422; while the first request still runs, a 409 with `Retry-After`. After any other answer the key is forgotten and a repeat runs again.',
+      examples: ['6f1b7f0e-3c0a-4f4e-9a55-2b1d8c7e9f10'],
+    }),
+  ),
+  'if-match': Type.Optional(
+    Type.String({
+      description:
+        'Makes the change only if the agent has not changed since you read its status: the `ETag` of `GET /partner/agents/{agentId}/status` (strong comparison; several tags may be listed). Otherwise 412 and nothing is changed or recorded. `*` always matches an agent of your network.',
+      examples: ['"c1289"'],
+    }),
+  ),
+  prefer: Type.Optional(
+    Type.String({
+      description:
+        'RFC 7240, disables only. `respond-async`: answer 202 as soon as the disable is recorded (the agent disabled, pausing going on) instead of waiting for every campaign to be paused. `respond-async, wait=N`: the usual answer if it is ready within N seconds, else 202. Other preferences are ignored.',
+      examples: ['respond-async, wait=5'],
+    }),
+  ),
+});
+
 const AgentStatusRequest = Type.Object(
   {
     agentId: Type.String({
@@ -87,6 +146,8 @@ const operationDescription = [
   'A disable the service has accepted is never lost. When it cannot pause every campaign within the request (a system holding campaign state failed or did not confirm some campaigns, or the work takes longer than the request may), it answers 500 with `pausedCampaignCount` and `remainingCampaignCount`, and goes on pausing the rest by itself: `GET /partner/agents/{agentId}/status` shows the progress. Repeating the request is always safe.',
   '',
   'An enable answered after a disable was requested supersedes it: that disable stops pausing and answers 409.',
+  '',
+  "Optional conveniences: `Prefer: respond-async` (202 once a disable is recorded), `Idempotency-Key` (repeats answered from the first answer for 24 hours) and `If-Match` with the status endpoint's `ETag` (412 when the agent changed since you read it).",
 ].join('\n');
 
 /** The route's schema and OpenAPI settings. */
@@ -98,11 +159,12 @@ export function setAgentStatusDocumentation() {
       description: operationDescription,
       tags: ['Agents'],
       security: [{ apiKey: [] }],
+      headers: ConvenienceHeaders,
       body: AgentStatusRequest,
       response: {
         200: {
           description: 'The agent now has the requested state. Also the answer to a repeated request.',
-          headers: rateLimitHeaders,
+          headers: { ...rateLimitHeaders, ...replayedHeader },
           content: {
             'application/json': {
               schema: AgentStatusResponse,
@@ -119,9 +181,27 @@ export function setAgentStatusDocumentation() {
             },
           },
         },
+        202: {
+          description:
+            'Sent with `Prefer: respond-async`: the disable is recorded (the agent is disabled, its pending disable and change row committed) and its campaigns are being paused; the service finishes by itself. `Location` is the status endpoint that shows the progress; the body is its status at that moment.',
+          headers: {
+            location: { type: 'string', description: "The agent's status endpoint, `/partner/agents/{agentId}/status`." },
+            'preference-applied': { type: 'string', enum: ['respond-async'], description: 'The preference that was applied.' },
+            ...rateLimitHeaders,
+            ...replayedHeader,
+          },
+          content: {
+            'application/json': {
+              schema: AgentStatusView,
+              examples: {
+                accepted: { summary: 'Disable accepted, 40 campaigns still to pause', value: disablingExample },
+              },
+            },
+          },
+        },
         400: problemResponse(
           400,
-          'The body is not a JSON object with exactly `agentId` (`us-east-1:<uuid>`) and `enabled` (boolean), or is not valid JSON. Nothing was changed.',
+          'The body is not a JSON object with exactly `agentId` (`us-east-1:<uuid>`) and `enabled` (boolean), or is not valid JSON, or `Idempotency-Key` is malformed. Nothing was changed.',
           {
             unknownProperty: {
               summary: 'A property other than agentId and enabled',
@@ -135,6 +215,7 @@ export function setAgentStatusDocumentation() {
             },
             wrongType: { summary: 'enabled given as a string', kind: 'validation', detail: 'enabled must be of type boolean' },
             malformedJson: { summary: 'A body that is not valid JSON', kind: 'validation', detail: 'body is not valid JSON' },
+            malformedIdempotencyKey: { summary: 'A malformed Idempotency-Key', kind: 'validation', detail: convenienceTexts.malformedKey },
           },
         ),
         401: problemResponse(
@@ -155,6 +236,7 @@ export function setAgentStatusDocumentation() {
               detail: partnerTexts.notInNetwork,
             },
           },
+          replayedHeader,
         ),
         413: problemResponse(413, `The body is larger than ${bodyLimitBytes / 1024} KiB. Nothing was changed.`, {
           tooLarge: { summary: `Body over ${bodyLimitBytes / 1024} KiB`, kind: 'payloadTooLarge', detail: partnerTexts.bodyTooLarge },
@@ -168,7 +250,7 @@ export function setAgentStatusDocumentation() {
         }),
         409: problemResponse(
           409,
-          'An enable of this agent was answered after this disable was requested: the disable stopped pausing campaigns (`pausedCampaignCount` says how many it paused before). The agent is enabled.',
+          'An enable of this agent was answered after this disable was requested: the disable stopped pausing campaigns (`pausedCampaignCount` says how many it paused before). The agent is enabled. Or: the first request with this `Idempotency-Key` is still running; repeat after `Retry-After` seconds.',
           {
             superseded: {
               summary: 'Superseded by a later enable',
@@ -176,8 +258,28 @@ export function setAgentStatusDocumentation() {
               detail: problemDetails.superseded,
               extension: { pausedCampaignCount: 12 },
             },
+            keyInUse: { summary: 'The Idempotency-Key is in use', kind: 'idempotencyKeyInUse', detail: convenienceTexts.keyInUse },
+          },
+          { ...retryAfterHeader, ...replayedHeader },
+        ),
+        412: problemResponse(
+          412,
+          "The `If-Match` tag is not the agent's current `ETag`: the agent changed since you read it. Nothing was changed or recorded.",
+          {
+            preconditionFailed: {
+              summary: 'The agent changed since it was read',
+              kind: 'preconditionFailed',
+              detail: convenienceTexts.preconditionFailed,
+            },
           },
         ),
+        422: problemResponse(422, 'This `Idempotency-Key` was used within 24 hours for a request with another body. Nothing was changed.', {
+          keyReused: {
+            summary: 'The Idempotency-Key was used for another request',
+            kind: 'idempotencyKeyReused',
+            detail: convenienceTexts.keyReused,
+          },
+        }),
         ...limitResponses,
         500: problemResponse(
           500,

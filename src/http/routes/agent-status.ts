@@ -1,7 +1,10 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
-import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
+import { type AgentStatusUseCase, PreconditionFailed } from '../../agents/set-agent-status.js';
 import type { Metrics } from '../../observability/metrics.js';
+import type { IdempotencyKeys } from '../../stores/idempotency-keys.js';
+import { convenienceTexts, idempotencyHooks, ifMatchChangeIds, readPrefer } from '../conveniences.js';
+import { problem, sendProblem } from '../problems.js';
 import { setAgentStatusDocumentation } from './agent-status.schema.js';
 
 export interface AgentStatusRouteDeps {
@@ -10,16 +13,27 @@ export interface AgentStatusRouteDeps {
   /** Authentication and the rate limit (src/http/partner-guard.ts). */
   guard: onRequestAsyncHookHandler[];
   requestDeadlineMs: number;
+  idempotencyKeys: IdempotencyKeys;
+  /** Whether a value is a partner key (never stored as an idempotency key). */
+  isApiKey: (value: string) => boolean;
 }
+
+/** How long before its deadline a disable asked to respond asynchronously answers 202 at the latest. */
+const acceptBeforeDeadlineMs = 1_000;
 
 export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> = async (
   app,
-  { agentStatus, metrics, guard, requestDeadlineMs },
+  { agentStatus, metrics, guard, requestDeadlineMs, idempotencyKeys, isApiKey },
 ) => {
+  // A claim outlives the request's deadline by a margin: only a dead replica's claim runs out.
+  const keys = idempotencyHooks(idempotencyKeys, metrics, requestDeadlineMs + 5_000, isApiKey);
+  const answered = (answer: string) => metrics.convenienceAnswers.inc({ route: 'POST /partner/agents/status', answer });
   app.post(
     '/partner/agents/status',
     {
       onRequest: guard,
+      preHandler: keys.claim,
+      onSend: keys.settle,
       ...setAgentStatusDocumentation(),
     },
     async (request, reply) => {
@@ -27,24 +41,48 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
       const { agentId, enabled } = request.body;
       request.audit.agentId = agentId;
       request.audit.enabled = enabled;
+      const arrivedAt = Date.now() - reply.elapsedTime;
+      const deadline = arrivedAt + requestDeadlineMs;
+      // Prefer is for disables only; `wait` counts from the request's arrival, and a 202 always
+      // comes before the deadline's 500 would.
+      const prefer = enabled ? undefined : readPrefer(request.headers.prefer);
+      const respondAsync = prefer?.respondAsync
+        ? { acceptAt: Math.min(arrivedAt + (prefer.waitSeconds ?? 0) * 1000, deadline - acceptBeforeDeadlineMs) }
+        : undefined;
+      const held = keys.held(request);
       try {
-        const status = await agentStatus.setAgentStatus({
+        const result = await agentStatus.setAgentStatus({
           networkId: partner.networkId,
           agentId,
           enabled,
           partnerName: partner.name,
           requestId: request.id,
-          deadline: Date.now() + requestDeadlineMs - reply.elapsedTime,
+          deadline,
+          respondAsync,
+          conditions: { ifMatch: ifMatchChangeIds(request.headers['if-match']), keyClaim: held },
+          ...(held?.changeId ? { madeAs: held.changeId } : {}),
         });
+        if ('accepted' in result) {
+          request.audit.outcome = 'accepted';
+          answered('accepted');
+          metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: 'accepted' });
+          reply.code(202).header('location', `/partner/agents/${agentId}/status`).header('preference-applied', 'respond-async');
+          return result.accepted;
+        }
         request.audit.outcome = 'updated';
         metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: 'updated' });
-        return status;
+        return result;
       } catch (error) {
         const name = (error as Error).name;
         if (name === 'TooManyDisables') {
           request.audit.outcome = 'limited';
           metrics.requestsLimited.inc({ partner: partner.name, limit: 'disables_in_flight' });
           throw error;
+        }
+        if (error instanceof PreconditionFailed) {
+          request.audit.outcome = 'precondition_failed';
+          answered('precondition_failed');
+          return sendProblem(reply, problem('preconditionFailed', convenienceTexts.preconditionFailed, request.id));
         }
         const outcome = name === 'AgentNotInNetwork' ? 'not_found' : name === 'DisableSuperseded' ? 'superseded' : 'failed';
         request.audit.outcome = outcome;

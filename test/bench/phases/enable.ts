@@ -1,5 +1,6 @@
 // The enable: throughput and latency of the service's enable under load (`--only=enable`), and the
 // check shared with the floor and the traced service that every answered enable did the whole work.
+import { randomUUID } from 'node:crypto';
 import type { BenchContext, Service } from '../context.js';
 import { phase } from '../context.js';
 import { measure, statusPosts } from '../load.js';
@@ -8,17 +9,24 @@ import { measure, statusPosts } from '../load.js';
  * Enables under load, checked to do the whole work: every 200 appended one change row (docs/interfaces.md
  * §9), so the service and the floor are compared on the same writes.
  */
-export async function measureEnable(ctx: BenchContext, figure: string, url: string): Promise<void> {
-  const { db, main, enableAgents, options, results } = ctx;
+export async function measureEnable(
+  ctx: BenchContext,
+  figure: string,
+  url: string,
+  options: { idempotencyKeys?: boolean } = {},
+): Promise<void> {
+  const { db, main, enableAgents, results } = ctx;
   const changeRows = async () =>
     (await db.query("SELECT count(*)::int AS n FROM agent_status_changes WHERE partner_name = 'bench' AND enabled")).rows[0].n as number;
   const before = await changeRows();
-  const result = await measure(figure, statusPosts(url, [main.key], enableAgents, true), options.enablePlan);
+  // A new Idempotency-Key on every request: each one claims a key and keeps its answer.
+  const keys = options.idempotencyKeys ? () => ({ 'idempotency-key': randomUUID() }) : undefined;
+  const result = await measure(figure, statusPosts(url, [main.key], enableAgents, true, keys), ctx.options.enablePlan);
   const appended = (await changeRows()) - before;
   results.failures.push(...result.problems);
   // A load stops with up to one request per connection sent but not answered: the warm-up's and
   // the measurement's may have appended rows without a counted 200.
-  const unanswered = 2 * options.plan.connections;
+  const unanswered = 2 * ctx.options.plan.connections;
   if (appended < result.answeredAsExpected || appended > result.answeredAsExpected + unanswered) {
     results.failures.push(`${figure}: ${result.answeredAsExpected} answers 200 but ${appended} change rows appended`);
   }
@@ -45,5 +53,19 @@ export async function enablePhase(ctx: BenchContext, service: Service): Promise<
   await phase(ctx, 'enable', async () => {
     await checkRateLimitIsOn(ctx, service.statusUrl);
     await measureEnable(ctx, 'enable', service.statusUrl);
+  });
+}
+
+/**
+ * What an Idempotency-Key costs the enable (`--only=idempotency`): the enable without one (unless
+ * this run measured it already) and right after it the enable with a new key on every request.
+ */
+export async function idempotencyPhase(ctx: BenchContext, service: Service): Promise<void> {
+  await phase(ctx, 'enable with Idempotency-Key', async () => {
+    if (!ctx.results.loads.enable) {
+      await checkRateLimitIsOn(ctx, service.statusUrl);
+      await measureEnable(ctx, 'enable', service.statusUrl);
+    }
+    await measureEnable(ctx, 'enable, Idempotency-Key', service.statusUrl, { idempotencyKeys: true });
   });
 }

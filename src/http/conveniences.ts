@@ -1,0 +1,164 @@
+// The partner conveniences of docs/interfaces.md §11 as HTTP sees them: reading `Prefer`,
+// `Idempotency-Key` and `If-Match`, the ETag, and the idempotency key's claim around the status
+// change (claimed before the handler runs, its answer kept or forgotten when the answer is sent).
+import { randomUUID } from 'node:crypto';
+import type { FastifyReply, FastifyRequest, onSendAsyncHookHandler, preHandlerAsyncHookHandler } from 'fastify';
+import type { Metrics } from '../observability/metrics.js';
+import type { IdempotencyKeys, KeyClaim } from '../stores/idempotency-keys.js';
+import { problem, sendProblem } from './problems.js';
+
+/** What the partner reads in the answers of §11; none of it ever holds what the partner sent. */
+export const convenienceTexts = {
+  malformedKey:
+    'Idempotency-Key must be sent once, with 1 to 255 printable ASCII characters (a UUID, say), and must not be an API key. Nothing was changed.',
+  keyReused:
+    'This Idempotency-Key was used for another request (another agentId or enabled) within the last 24 hours. Use a new key for a new request.',
+  keyInUse:
+    'The first request with this Idempotency-Key is still being answered. Repeat after the number of seconds in Retry-After to get its answer.',
+  preconditionFailed:
+    'The agent changed since the ETag given in If-Match (or the tag is not one this service sent). Nothing was changed or recorded; read the status again for the current ETag.',
+  historyQuery: 'limit must be a whole number from 1 to 100, and before a changeId (a whole number from 1).',
+} as const;
+
+/** The strong ETag naming an agent's latest change row ("c0": none yet). Opaque to partners. */
+export function etagOf(latestChangeId: string): string {
+  return `"c${latestChangeId}"`;
+}
+
+/**
+ * If-Match (RFC 9110 §13.1.1): undefined when absent or `*` (then the change is unconditional: the
+ * agent exists, or the answer is the 404 anyway); otherwise the change ids its strong tags name.
+ * Weak tags never match (strong comparison), and a value that is not a list of entity tags names
+ * nothing, so it answers 412 like a stale tag.
+ */
+export function ifMatchChangeIds(value: string | string[] | undefined): string[] | undefined {
+  if (value === undefined) return undefined;
+  const joined = Array.isArray(value) ? value.join(',') : value;
+  if (joined.trim() === '*') return undefined;
+  const ids: string[] = [];
+  for (const match of joined.matchAll(/(W\/)?"([^"]*)"/g)) {
+    const id = /^c(0|[1-9][0-9]{0,18})$/.exec(match[2]!)?.[1];
+    if (!match[1] && id !== undefined) ids.push(id);
+  }
+  return ids;
+}
+
+/**
+ * Prefer (RFC 7240): whether `respond-async` is asked for, and `wait` in seconds when given as
+ * delta-seconds. Names are case-insensitive, the first instance of a preference counts, parameters
+ * and unknown preferences are ignored, and a malformed `wait` is ignored (never an error).
+ */
+export function readPrefer(value: string | string[] | undefined): { respondAsync: boolean; waitSeconds: number | undefined } {
+  const seen = new Map<string, string | undefined>();
+  const joined = Array.isArray(value) ? value.join(',') : (value ?? '');
+  for (const element of joined.match(/(?:[^,"]|"(?:[^"\\]|\\.)*")+/g) ?? []) {
+    const head = element.match(/^(?:[^;"]|"(?:[^"\\]|\\.)*")*/)?.[0] ?? '';
+    const preference = /^\s*([!#$%&'*+.^_`|~0-9A-Za-z-]+)\s*(?:=\s*("(?:[^"\\]|\\.)*"|[^\s";]*))?\s*$/.exec(head);
+    if (!preference) continue;
+    const name = preference[1]!.toLowerCase();
+    if (!seen.has(name)) seen.set(name, preference[2]?.replace(/^"(.*)"$/, '$1'));
+  }
+  const wait = seen.get('wait');
+  return {
+    respondAsync: seen.has('respond-async'),
+    waitSeconds: wait !== undefined && /^\d{1,9}$/.test(wait) ? Number(wait) : undefined,
+  };
+}
+
+/**
+ * The Idempotency-Key of a request: undefined when absent, 'malformed' when sent more than once
+ * (Node would join two lines into one valid-looking value) or not 1 to 255 printable ASCII
+ * characters (space to tilde; the ends are trimmed, as for every field value).
+ */
+export function readIdempotencyKey(rawHeaders: readonly string[]): string | 'malformed' | undefined {
+  let value: string | undefined;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    if (rawHeaders[i]!.toLowerCase() !== 'idempotency-key') continue;
+    if (value !== undefined) return 'malformed';
+    value = rawHeaders[i + 1]!.trim();
+  }
+  if (value === undefined) return undefined;
+  return /^[\x20-\x7e]{1,255}$/.test(value) ? value : 'malformed';
+}
+
+/** Statuses whose answer a key keeps and replays (docs/interfaces.md §11); after any other the key is forgotten. */
+const finalStatuses = new Set([200, 202, 404, 409]);
+/** The headers a replay restores besides the status and body. */
+const replayedHeaders = ['content-type', 'location', 'preference-applied'] as const;
+
+export interface HeldKey extends KeyClaim {
+  /** The change a dead earlier holder of the key made already, if any. */
+  changeId: string | null;
+}
+
+/**
+ * The Idempotency-Key of the status change. Before the handler (after authentication, the rate
+ * limit and validation): a malformed key is a 400; a key of the network is claimed, or its first
+ * answer replayed, or answered 409 while its first request runs, or 422 when it was used for another
+ * body. When the answer of a request holding a claim is sent, a final one is kept for 24 hours and a
+ * non-final one forgets the key (the repeat runs again). A replica that dies in between leaves the
+ * claim to run out after `leaseMs`; a repeat then takes it over without making a change twice.
+ */
+export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseMs: number, isApiKey: (value: string) => boolean) {
+  const held = new WeakMap<FastifyRequest, HeldKey>();
+  const answers = (answer: string) => metrics.convenienceAnswers.labels({ route: 'POST /partner/agents/status', answer });
+
+  const claim: preHandlerAsyncHookHandler = async (request, reply) => {
+    const key = readIdempotencyKey(request.raw.rawHeaders);
+    if (key === undefined) return;
+    // A partner key sent by mistake is never stored: refused like a malformed key, and not echoed.
+    if (key === 'malformed' || isApiKey(key)) return sendProblem(reply, problem('validation', convenienceTexts.malformedKey, request.id));
+    const { networkId } = request.partner!;
+    const { agentId, enabled } = request.body as { agentId: string; enabled: boolean };
+    const claimToken = randomUUID();
+    const outcome = await keys.claim(networkId, key, { agentId, enabled }, claimToken, leaseMs);
+    switch (outcome.kind) {
+      case 'claimed':
+        held.set(request, { networkId, key, claimToken, changeId: outcome.changeId });
+        return;
+      case 'replay': {
+        answers('replayed').inc();
+        request.audit.outcome = 'replayed';
+        reply.code(outcome.answer.status).headers(outcome.answer.headers).header('idempotent-replayed', 'true');
+        return reply.send(outcome.answer.body);
+      }
+      case 'in_use':
+        answers('key_in_use').inc();
+        request.audit.outcome = 'key_in_use';
+        reply.header('retry-after', String(outcome.retryAfterSeconds));
+        return sendProblem(reply, problem('idempotencyKeyInUse', convenienceTexts.keyInUse, request.id));
+      case 'reused':
+        answers('key_reused').inc();
+        request.audit.outcome = 'key_reused';
+        return sendProblem(reply, problem('idempotencyKeyReused', convenienceTexts.keyReused, request.id));
+    }
+  };
+
+  const settle: onSendAsyncHookHandler = async (request, reply, payload) => {
+    const key = held.get(request);
+    if (!key) return payload;
+    held.delete(request);
+    try {
+      if (finalStatuses.has(reply.statusCode)) {
+        await keys.finish(key, { status: reply.statusCode, headers: headersToReplay(reply), body: String(payload) });
+      } else {
+        await keys.release(key);
+      }
+    } catch (error) {
+      // The answer stands; the claim runs out by itself and a repeat then runs again.
+      request.log.warn({ reason: (error as Error).message }, 'idempotency key not settled');
+    }
+    return payload;
+  };
+
+  return { claim, settle, held: (request: FastifyRequest) => held.get(request) };
+}
+
+function headersToReplay(reply: FastifyReply): Record<string, string> {
+  const kept: Record<string, string> = {};
+  for (const name of replayedHeaders) {
+    const value = reply.getHeader(name);
+    if (value !== undefined) kept[name] = String(value);
+  }
+  return kept;
+}
