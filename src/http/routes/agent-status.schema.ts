@@ -1,6 +1,6 @@
 // The documentation of POST /partner/agents/status: its schemas, examples and texts, as the
 // OpenAPI document and the reference page show them. The handler is agent-status.ts.
-import { type FastifyPluginAsyncTypebox, Type } from '@fastify/type-provider-typebox';
+import { Type } from '@fastify/type-provider-typebox';
 import { bodyLimitBytes, partnerTexts, problemDetails } from '../problems.js';
 import { problemResponse } from './problem-schema.js';
 
