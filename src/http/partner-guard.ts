@@ -79,7 +79,6 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
     return figures !== undefined && (figures.eventLoopUtilized >= utilization || figures.eventLoopDelay > unauthenticatedMaxDelayMs);
   }
   async function shed(request: FastifyRequest, reply: FastifyReply) {
-    metrics.requestsShed.inc();
     if (held < maxHeld) {
       held += 1;
       await sleep(holdMs);

@@ -19,6 +19,7 @@ describe('problem details (RFC 9457)', () => {
       superseded: 409,
       payloadTooLarge: 413,
       unsupportedMediaType: 415,
+      expectationFailed: 417,
       rateLimited: 429,
       tooManyDisables: 429,
       dependencyFailure: 500,
@@ -31,6 +32,7 @@ describe('problem details (RFC 9457)', () => {
     const types = Object.fromEntries(Object.keys(problemTypes).map((kind) => [kind, problem(kind as never, 'x', 'r').type]));
     expect(types).toMatchObject({
       methodNotAllowed: 'urn:partner-agent-status:problem:method-not-allowed',
+      expectationFailed: 'urn:partner-agent-status:problem:expectation-failed',
       superseded: 'urn:partner-agent-status:problem:superseded',
       rateLimited: 'urn:partner-agent-status:problem:rate-limited',
       tooManyDisables: 'urn:partner-agent-status:problem:too-many-disables',
