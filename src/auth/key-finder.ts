@@ -129,7 +129,7 @@ export function registerKeyFinder(finder: KeyFinder): void {
   registry().add(new WeakRef(finder));
 }
 
-export const keyRedacted = 'REDACTED';
+const keyRedacted = 'REDACTED';
 
 /** `text` with every loaded key in it replaced by REDACTED; the same string when it holds none. */
 export function redactKnownKeys(text: string): string {

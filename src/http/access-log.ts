@@ -12,7 +12,7 @@ interface Line {
 }
 
 /** The status code of the line and the latency sample of a request whose client left before its answer (nginx's). */
-export const clientGoneStatus = 499;
+const clientGoneStatus = 499;
 
 export interface AccessLog {
   /** An answer Fastify sent outside the request lifecycle (frameworkErrors: bad URL encoding, ...): no hook runs for it. */
@@ -44,7 +44,8 @@ export function installAccessLog(app: HttpApp, metrics: Metrics): AccessLog {
   app.addHook('onSend', (request, reply, payload, done) => {
     const socket = request.raw.socket;
     // The client is gone: no answer can be written, so onResponse will not run. The work is over.
-    if (socket && (socket.destroyed || !socket.writable) && request.audit) {
+    // (Strict comparisons: an injected request's socket is a stand-in without these properties.)
+    if (socket && (socket.destroyed === true || socket.writable === false) && request.audit) {
       const audit = request.audit;
       const fields = { ...audit, outcome: 'client_gone', unsentStatusCode: reply.statusCode, workOutcome: audit.outcome };
       audit.outcome = 'client_gone';

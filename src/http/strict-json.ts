@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 
 /** A body the partner API refuses before validation; the error handler maps `code` to a problem. */
-export class StrictContentError extends Error {
+class StrictContentError extends Error {
   override readonly name = 'StrictContentError';
   constructor(
     readonly code: 'PAS_ERR_CHARSET' | 'PAS_ERR_CONTENT_ENCODING' | 'PAS_ERR_DUPLICATE_MEMBER',
