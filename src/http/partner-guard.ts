@@ -32,8 +32,8 @@ export interface GuardSettings {
  *    When Redis cannot be asked, the limit fails open: counted and logged, never a 500.
  * RATE_LIMIT_MAX=0 turns the limit off entirely (the plugin would read 0 as "refuse everything").
  *
- * Requests without a valid key are shed first (docs/interfaces.md §10): under a flood of them (100
- * a second or more) while the process is busy
+ * Requests without a valid key are shed first (docs/interfaces.md §10): for 10 s after a flood of
+ * them (100 a second or more) found the process busy
  * (event-loop utilisation over the last second at least OVERLOAD_UNAUTHENTICATED_UTILIZATION_PERCENT,
  * 50 % by default, or a quarter of the delay at which everything is shed), they get a 503 with
  * Retry-After and `Connection: close`, held for a second first (at most 1,024 at once): a client
@@ -45,6 +45,8 @@ const holdMs = 1_000;
 const maxHeld = 1_024;
 /** Requests without a valid key per second from which they count as a flood. */
 const floodPerSecond = 100;
+/** How long unauthenticated requests are shed after a flood of them last made the process busy. */
+const sheddingSeconds = 10;
 
 export async function createPartnerGuard(app: FastifyInstance, settings: GuardSettings): Promise<onRequestAsyncHookHandler[]> {
   const { keyStore, metrics } = settings;
@@ -60,11 +62,14 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
   const utilization = settings.overloadUnauthenticatedUtilizationPercent / 100;
   let held = 0;
   // Requests without a valid key in the current and the previous second: shedding starts only
-  // under a flood of them, never for the odd typo of a busy replica.
+  // under a flood of them, never for the odd typo of a busy replica. Once it has started it goes on
+  // for sheddingSeconds after the flood last made the process busy: held requests slow the flood
+  // down, and the process is idle again, which must not end the shedding at once.
   let second = 0;
   let unauthenticatedThisSecond = 0;
   let unauthenticatedLastSecond = 0;
-  /** Whether a request without a valid key is shed now: a flood of them, and the process is busy. */
+  let sheddingUntil = 0;
+  /** Whether a request without a valid key is shed now: a flood of them made the process busy lately. */
   function shedsUnauthenticated(): boolean {
     if (utilization >= 1) return false;
     const now = Math.floor(performance.now() / 1_000);
@@ -74,10 +79,15 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
       second = now;
     }
     unauthenticatedThisSecond += 1;
-    if (Math.max(unauthenticatedThisSecond, unauthenticatedLastSecond) < floodPerSecond) return false;
-    const figures = pressure?.();
-    return figures !== undefined && (figures.eventLoopUtilized >= utilization || figures.eventLoopDelay > unauthenticatedMaxDelayMs);
+    if (Math.max(unauthenticatedThisSecond, unauthenticatedLastSecond) >= floodPerSecond) {
+      const figures = pressure?.();
+      const busy =
+        figures !== undefined && (figures.eventLoopUtilized >= utilization || figures.eventLoopDelay > unauthenticatedMaxDelayMs);
+      if (busy) sheddingUntil = now + sheddingSeconds;
+    }
+    return now < sheddingUntil;
   }
+
   async function shed(request: FastifyRequest, reply: FastifyReply) {
     if (held < maxHeld) {
       held += 1;
