@@ -52,8 +52,9 @@ export class KeyFinder {
   readonly #powers = new Map<number, number>();
 
   /** A new key set: its digests, and the fingerprints known for its entries. */
-  replace(digests: Iterable<string>, fingerprints: Iterable<KeyFingerprint>): void {
-    this.#digests = new Set(digests);
+  replace(digests: Iterable<string>, fingerprints: readonly KeyFingerprint[]): void {
+    // A fingerprint may stand for a key's escaped form (as a JSON line writes it): its digest counts too.
+    this.#digests = new Set([...digests, ...fingerprints.map((fingerprint) => fingerprint.digest)]);
     this.#byLength = new Map();
     this.#fingerprinted = new Set();
     for (const fingerprint of fingerprints) this.#add(fingerprint);

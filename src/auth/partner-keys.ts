@@ -109,7 +109,12 @@ export function parseKeySet(text: string): KeySet {
     if (stored === 'raw' && entryName.length < 32) entry.weakness = 'short';
     else if (stored === 'raw' && !isIssuedKey(entryName)) entry.weakness = 'unformatted';
     keys.set(digest, entry);
-    if (stored === 'raw') fingerprints.push(fingerprintKey(entryName, digest));
+    if (stored === 'raw') {
+      fingerprints.push(fingerprintKey(entryName, digest));
+      // As a JSON log line writes it, when that differs (a key with `"` or `\`).
+      const escaped = JSON.stringify(entryName).slice(1, -1);
+      if (escaped !== entryName) fingerprints.push(fingerprintKey(escaped));
+    }
   });
   fingerprintsOf.set(keys, fingerprints);
   return keys;

@@ -43,6 +43,15 @@ describe('a loaded key is found wherever it stands in a text', () => {
     expect(store.size).toBe(2);
   });
 
+  it('finds a key with characters JSON escapes in a JSON line, escaped', () => {
+    const quoted = `q"${randomBytes(18).toString('base64')}\\x`;
+    storeOf([{ key: quoted }]);
+    const line = JSON.stringify({ msg: 'x', path: `/a/${quoted}/b` });
+    expect(line).not.toContain(quoted);
+    expect(redactKnownKeys(line)).not.toContain(JSON.stringify(quoted).slice(1, -1));
+    expect(holdsKnownKey(`/a/${quoted}/b`)).toBe(true);
+  });
+
   it('finds a hashed entry delimited as a token before it is used, and anywhere once it authenticated', () => {
     const hashed = `pk_live_${randomBytes(24).toString('base64url')}`;
     const hashedStore = storeOf([{ key: hashed, hashed: true }]);
