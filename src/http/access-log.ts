@@ -13,12 +13,16 @@ interface Line {
 
 /** The status code of the line and the latency sample of a request whose client left before its answer (nginx's). */
 const clientGoneStatus = 499;
+/** Answers from which a client leaving while they are written is watched for. */
+const largeAnswerBytes = 64 * 1024;
 
 export interface AccessLog {
   /** An answer Fastify sent outside the request lifecycle (frameworkErrors: bad URL encoding, ...): no hook runs for it. */
   outsideHooks(request: FastifyRequest, reply: FastifyReply, startedAt: number): void;
   /** An answer the HTTP server wrote itself, with no request object (CONNECT). */
   serverAnswer(log: FastifyBaseLogger, method: string, statusCode: number, requestId: string): void;
+  /** The latency sample of a request Node could not parse (its line is `malformed request rejected`). */
+  unparsed(statusCode: number): void;
 }
 
 /**
@@ -41,20 +45,29 @@ export function installAccessLog(app: HttpApp, metrics: Metrics): AccessLog {
   // One histogram child per (method, route, status): prom-client then skips hashing the labels.
   const durations = new Map<string, { observe: (value: number) => void }>();
 
+  /** The line of a request whose client left before its answer: written when its work is over. */
+  function clientGone(request: FastifyRequest, reply: FastifyReply): void {
+    const audit = request.audit;
+    const fields = { ...audit, outcome: 'client_gone', unsentStatusCode: reply.statusCode, workOutcome: audit.outcome };
+    audit.outcome = 'client_gone';
+    write(request.log, {
+      method: request.method,
+      route: routeOf(request),
+      statusCode: clientGoneStatus,
+      durationMs: reply.elapsedTime,
+      fields,
+    });
+  }
   app.addHook('onSend', (request, reply, payload, done) => {
     const socket = request.raw.socket;
     // The client is gone: no answer can be written, so onResponse will not run. The work is over.
     // (Strict comparisons: an injected request's socket is a stand-in without these properties.)
-    if (socket && (socket.destroyed === true || socket.writable === false) && request.audit) {
-      const audit = request.audit;
-      const fields = { ...audit, outcome: 'client_gone', unsentStatusCode: reply.statusCode, workOutcome: audit.outcome };
-      audit.outcome = 'client_gone';
-      write(request.log, {
-        method: request.method,
-        route: routeOf(request),
-        statusCode: clientGoneStatus,
-        durationMs: reply.elapsedTime,
-        fields,
+    if (socket && (socket.destroyed === true || socket.writable === false) && request.audit) clientGone(request, reply);
+    // A large answer (the reference page's script, the OpenAPI document) takes a while to write: a
+    // client that leaves meanwhile gets its line when the connection closes ('close' without 'finish').
+    else if ((typeof payload === 'string' || Buffer.isBuffer(payload)) && payload.length > largeAnswerBytes && request.audit) {
+      reply.raw.once('close', () => {
+        if (!reply.raw.writableFinished) clientGone(request, reply);
       });
     }
     done(null, payload);
@@ -76,7 +89,7 @@ export function installAccessLog(app: HttpApp, metrics: Metrics): AccessLog {
     return request.routeOptions.url ?? 'unmatched';
   }
 
-  function write(log: FastifyBaseLogger, { method, route, statusCode, durationMs, fields }: Line): void {
+  function sample(method: string, route: string, statusCode: number, durationMs: number): void {
     const series = `${method} ${route} ${statusCode}`;
     let duration = durations.get(series);
     if (!duration) {
@@ -84,6 +97,10 @@ export function installAccessLog(app: HttpApp, metrics: Metrics): AccessLog {
       durations.set(series, duration);
     }
     duration.observe(durationMs / 1000);
+  }
+
+  function write(log: FastifyBaseLogger, { method, route, statusCode, durationMs, fields }: Line): void {
+    sample(method, route, statusCode, durationMs);
     let extra: { suppressedSinceLastLine?: number } = {};
     if (statusCode === 401) {
       const now = Date.now();
@@ -110,6 +127,9 @@ export function installAccessLog(app: HttpApp, metrics: Metrics): AccessLog {
         durationMs: performance.now() - startedAt,
         fields: undefined,
       });
+    },
+    unparsed(statusCode) {
+      sample('unparsed', 'unmatched', statusCode, 0);
     },
     serverAnswer(log, method, statusCode, requestId) {
       write(log.child({ requestId }), { method, route: 'unmatched', statusCode, durationMs: 0, fields: undefined });

@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { holdsKnownKey } from '../auth/key-finder.js';
 import type { Partner } from '../auth/partner-keys.js';
 import { installAccessLog } from './access-log.js';
-import { clientErrorHandler, connectHandler } from './malformed-http.js';
+import { clientErrorHandlerWith, connectHandler } from './malformed-http.js';
 import { bodyLimitBytes, errorHandler, partnerTexts, problem, sendProblem } from './problems.js';
 import { type RouteDeps, registerRoutes } from './route-table.js';
 import { ProblemSchema } from './routes/problem-schema.js';
@@ -67,7 +67,7 @@ export async function buildApp(deps: AppDeps) {
     keepAliveTimeout: 72_000,
     routerOptions: { ignoreTrailingSlash: false },
     // Malformed HTTP gets problem+json with a request id, and its raw bytes are never logged.
-    clientErrorHandler,
+    clientErrorHandler: clientErrorHandlerWith((statusCode) => accessLog?.unparsed(statusCode)),
     // Errors Fastify raises before routing (bad URL encoding, ...) go through the same handler.
     // No hook runs for them: the usual headers and the access line are added here.
     frameworkErrors: (error, request, reply) => {

@@ -117,22 +117,29 @@ function afterResponsesInFlight(socket: HttpSocket, then: () => void): void {
  * Node puts the bytes it received on the error (`rawPacket`), headers and x-api-key included; the
  * log line holds only the error code and the request id.
  */
-export function clientErrorHandler(this: FastifyInstance, error: Error & { code?: string }, socket: Socket): void {
-  // The peer is gone, or already closing: nothing can be answered.
-  if (error.code === 'ECONNRESET' || socket.destroyed || answering.has(socket)) return;
-  answering.add(socket);
-  const requestId = randomUUID();
-  const answer = answerFor(error.code);
-  const log = this.log;
-  afterResponsesInFlight(socket as HttpSocket, () => {
-    log.info({ code: error.code, requestId, statusCode: answer.status }, 'malformed request rejected');
-    if (!socket.writable) {
-      socket.destroy();
-      return;
-    }
-    socket.end(rawProblem(answer, requestId));
-  });
+export function clientErrorHandlerWith(onAnswered?: (statusCode: number) => void) {
+  return function clientErrorHandler(this: FastifyInstance, error: Error & { code?: string }, socket: Socket): void {
+    // The peer is gone, or already closing: nothing can be answered.
+    if (error.code === 'ECONNRESET' || socket.destroyed || answering.has(socket)) return;
+    answering.add(socket);
+    const requestId = randomUUID();
+    const answer = answerFor(error.code);
+    const log = this.log;
+    afterResponsesInFlight(socket as HttpSocket, () => {
+      // Its access line: what the bytes were is not known, so not even the method.
+      log.info({ code: error.code, requestId, statusCode: answer.status }, 'malformed request rejected');
+      onAnswered?.(answer.status);
+      if (!socket.writable) {
+        socket.destroy();
+        return;
+      }
+      socket.end(rawProblem(answer, requestId));
+    });
+  };
 }
+
+/** The handler without a latency sample (tests of the handler alone). */
+export const clientErrorHandler = clientErrorHandlerWith();
 
 /**
  * The server's `connect` listener. Without one, Node drops the connection of a CONNECT request with

@@ -64,6 +64,12 @@ describe('item 1: malformed input after a request in flight (pipelining, one TCP
     expect(String(problem.detail)).not.toMatch(/nothing was changed/i);
     expect(await db.agentApproved(agentId)).toBe(true);
     expect(await accessLine('pipelined-enable-1')).toMatchObject({ statusCode: 200, agentId, outcome: 'updated' });
+    // The malformed request has its one line (no request object, so no access line) and its latency sample.
+    await service.logLine(
+      (record) => record.msg === 'malformed request rejected' && record.requestId === malformed!.headers['x-request-id'],
+    );
+    const metrics = await (await fetch(`${service.metricsUrl}/metrics`)).text();
+    expect(metrics).toMatch(/http_request_duration_seconds_count\{method="unparsed",route="unmatched",status_code="400"\} [1-9]/);
   });
 });
 
