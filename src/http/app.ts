@@ -31,13 +31,13 @@ const continueExpectation = /(?:^|\W)100-continue(?:$|\W)/i;
 /** The headers every answer carries. */
 const usualHeaders = { 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' } as const;
 
+/** The route template a request no route matches is known by in traces (Fastify's not-found route). */
+const notFoundTemplate = '/*';
+
 /**
  * The Fastify app, built the same way in production (main.ts) and in every test: the whole route
  * table is here, stores come in as arguments.
  */
-/** The route template a request no route matches is known by in traces (Fastify's not-found route). */
-const notFoundTemplate = '/*';
-
 export async function buildApp(deps: AppDeps) {
   const { metrics, keyStore } = deps;
   // The caller's x-request-id when it is sane, and never a value that is or holds a partner key.
