@@ -35,7 +35,7 @@ export interface AccessLog {
  *   `serverAnswer`.
  * Lines are at debug for probes, error for 5xx, info otherwise, with what the request did
  * (request.audit, never the key). A flood of bad keys must not become a flood of log lines: 401s
- * are logged at most once a second (metrics count every one), and the next line says how many were
+ * (and bad keys shed with a 503) are logged at most once a second (metrics count every one), and the next line says how many were
  * left out.
  */
 export function installAccessLog(app: HttpApp, metrics: Metrics): AccessLog {
@@ -102,7 +102,8 @@ export function installAccessLog(app: HttpApp, metrics: Metrics): AccessLog {
   function write(log: FastifyBaseLogger, { method, route, statusCode, durationMs, fields }: Line): void {
     sample(method, route, statusCode, durationMs);
     let extra: { suppressedSinceLastLine?: number } = {};
-    if (statusCode === 401) {
+    // Bad keys, answered 401 or shed (a held 503): a flood of them is a flood of lines otherwise.
+    if (statusCode === 401 || fields?.outcome === 'unauthenticated_shed') {
       const now = Date.now();
       if (now - last401Log < 1_000) {
         suppressed401 += 1;

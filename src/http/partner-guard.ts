@@ -89,6 +89,7 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
   }
 
   async function shed(request: FastifyRequest, reply: FastifyReply) {
+    request.audit.outcome = 'unauthenticated_shed';
     if (held < maxHeld) {
       held += 1;
       await sleep(holdMs);
