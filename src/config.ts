@@ -46,6 +46,8 @@ export interface LimitSettings {
   requestDeadlineMs: number;
   /** Mean event-loop delay above which the /partner routes shed load with 503. */
   overloadMaxEventLoopDelayMs: number;
+  /** Event-loop utilisation (percent, last second) from which requests without a valid key are shed first; 100 never. */
+  overloadUnauthenticatedUtilizationPercent: number;
 }
 
 /** How one disable pauses its campaigns. */
@@ -188,6 +190,7 @@ function readConfig(env: Env): Config {
       disablesInFlightPerNetwork: integer(env, 'DISABLES_IN_FLIGHT_PER_NETWORK', 8, 1, 10_000),
       requestDeadlineMs: integer(env, 'REQUEST_DEADLINE_MS', 25_000, 1_000, 600_000),
       overloadMaxEventLoopDelayMs: integer(env, 'OVERLOAD_MAX_EVENT_LOOP_DELAY_MS', 200, 10, 60_000),
+      overloadUnauthenticatedUtilizationPercent: integer(env, 'OVERLOAD_UNAUTHENTICATED_UTILIZATION_PERCENT', 50, 1, 100),
     },
     pipeline: {
       // A disable alone in the replica may use every spend-management slot (the scheduler shares

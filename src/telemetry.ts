@@ -14,8 +14,11 @@
 // 2. Trace context is ours: an incoming `traceparent`, `tracestate` or `baggage` is never extracted
 //    (see egressOnlyTraceContext), and we send only `traceparent` to our dependencies.
 // 3. Last line: every span passes through scrubSpan before the exporter, which overwrites any
-//    string that looks like a credential (api_key=…, x-api-key: …, bearer …) in attribute values,
-//    event attributes, the span name and the status message.
+//    string that looks like a credential (api_key=…, x-api-key: …, bearer …) or holds a loaded
+//    partner key anywhere in it (src/auth/key-finder.ts: checked against the key set by digest) in
+//    attribute values, event attributes, the span name and the status message, and drops the user
+//    agent (a header partners fill as they like). A request no route matches is exported by the
+//    not-found route's template, never by its path (src/http/app.ts).
 
 import {
   type Attributes,
@@ -27,6 +30,7 @@ import {
   trace,
 } from '@opentelemetry/api';
 import type { NodeSDKConfiguration } from '@opentelemetry/sdk-node';
+import { holdsKnownKey } from './auth/key-finder.js';
 import { registerTelemetry } from './observability/telemetry-handle.js';
 
 type SpanExporter = NodeSDKConfiguration['traceExporter'];
@@ -57,16 +61,27 @@ function remembered<T>(max: number, compute: (input: string) => T): (input: stri
 /** Whether an attribute name is a credential's; spans repeat a few dozen names, so each is tested once. */
 const namesCredential = remembered(1_000, (key) => credentialName.test(key.slice(key.lastIndexOf('.') + 1)));
 
+/** Whether a string is a credential by its shape, or holds a partner key of the loaded set. */
+const leaks = (text: string) => credentialInText.test(text) || holdsKnownKey(text);
+
 function scrubValue(key: string, value: AttributeValue | undefined): AttributeValue | undefined {
-  if (typeof value === 'string') return namesCredential(key) || credentialInText.test(value) ? redacted : value;
+  if (typeof value === 'string') return namesCredential(key) || leaks(value) ? redacted : value;
   if (!Array.isArray(value) || !value.some((item) => typeof item === 'string')) return value;
-  return namesCredential(key) || value.some((item) => typeof item === 'string' && credentialInText.test(item)) ? redacted : value;
+  return namesCredential(key) || value.some((item) => typeof item === 'string' && leaks(item)) ? redacted : value;
 }
+
+/** Attributes never exported: the user agent is whatever a partner's client sends (a key, once). */
+const droppedAttributes = new Set(['user_agent.original']);
 
 /** The same attributes with every credential-like value overwritten; the same object when nothing changed. */
 export function scrubAttributes(attributes: Attributes): Attributes {
   let scrubbed: Attributes | undefined;
   for (const key of Object.keys(attributes)) {
+    if (droppedAttributes.has(key)) {
+      scrubbed ??= { ...attributes };
+      delete scrubbed[key];
+      continue;
+    }
     const value = attributes[key];
     const clean = scrubValue(key, value);
     if (clean === value) continue;
@@ -90,8 +105,8 @@ export function scrubSpan(span: ReadableSpan): ReadableSpan {
           eventsChanged = true;
           return { ...event, attributes: eventAttributes };
         });
-  const nameLeaks = credentialInText.test(span.name);
-  const statusLeaks = span.status.message !== undefined && credentialInText.test(span.status.message);
+  const nameLeaks = leaks(span.name);
+  const statusLeaks = span.status.message !== undefined && leaks(span.status.message);
   if (attributes === span.attributes && !eventsChanged && !nameLeaks && !statusLeaks) return span;
   // A view, not a copy: spanContext() and the getters keep working through the prototype.
   return Object.create(span, {

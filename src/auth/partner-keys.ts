@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { isIssuedKey } from './issued-key.js';
+import { fingerprintKey, KeyFinder, type KeyFingerprint, registerKeyFinder } from './key-finder.js';
 
 /** Who is calling: the record a partner key is bound to (specification section 2, API key record). */
 export interface Partner {
@@ -37,6 +38,9 @@ export class InvalidKeySetError extends Error {
 
 /** A parsed, valid key set: SHA-256 of each key to its entry. The keys themselves are not kept. */
 export type KeySet = ReadonlyMap<string, KeyEntry>;
+
+/** The fingerprints of a parsed set's raw entries (key-finder.ts), beside the set rather than in its entries. */
+const fingerprintsOf = new WeakMap<KeySet, KeyFingerprint[]>();
 
 export function hashKey(apiKey: string): string {
   return createHash('sha256').update(apiKey).digest('hex');
@@ -76,6 +80,7 @@ export function parseKeySet(text: string): KeySet {
   if (entries.length === 0) throw new InvalidKeySetError('partner keys JSON holds no key');
 
   const keys = new Map<string, KeyEntry>();
+  const fingerprints: KeyFingerprint[] = [];
   entries.forEach(([entryName, record], index) => {
     const where = `entry ${index + 1}${isObject(record) && typeof record.name === 'string' ? ` ("${record.name}")` : ''}`;
     const stored = entryName.startsWith(hashedPrefix) ? 'hashed' : 'raw';
@@ -104,7 +109,14 @@ export function parseKeySet(text: string): KeySet {
     if (stored === 'raw' && entryName.length < 32) entry.weakness = 'short';
     else if (stored === 'raw' && !isIssuedKey(entryName)) entry.weakness = 'unformatted';
     keys.set(digest, entry);
+    if (stored === 'raw') {
+      fingerprints.push(fingerprintKey(entryName, digest));
+      // As a JSON log line writes it, when that differs (a key with `"` or `\`).
+      const escaped = JSON.stringify(entryName).slice(1, -1);
+      if (escaped !== entryName) fingerprints.push(fingerprintKey(escaped));
+    }
   });
+  fingerprintsOf.set(keys, fingerprints);
   return keys;
 }
 
@@ -120,6 +132,12 @@ function isObject(value: unknown): value is Record<string, unknown> {
  */
 export class PartnerKeyStore {
   #keys: KeySet | undefined;
+  /** Finds this set's keys in logs, spans and answers (key-finder.ts). */
+  readonly #finder = new KeyFinder();
+
+  constructor() {
+    registerKeyFinder(this.#finder);
+  }
 
   get loaded(): boolean {
     return this.#keys !== undefined;
@@ -130,12 +148,16 @@ export class PartnerKeyStore {
   }
 
   replace(keys: KeySet): void {
+    this.#finder.replace(keys.keys(), fingerprintsOf.get(keys) ?? []);
     this.#keys = keys;
   }
 
   lookup(apiKey: string, now = Date.now()): Partner | undefined {
-    const entry = this.#keys?.get(hashKey(apiKey));
+    const digest = hashKey(apiKey);
+    const entry = this.#keys?.get(digest);
     if (entry === undefined || (entry.expiresAt !== undefined && now >= entry.expiresAt)) return undefined;
+    // A hashed entry's key is seen only now: from here on the finder knows where it stands in any text.
+    if (entry.stored === 'hashed' && this.#finder.needsFingerprint(digest)) this.#finder.learn(apiKey, digest);
     return entry.partner;
   }
 

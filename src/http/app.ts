@@ -4,12 +4,14 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { trace } from '@opentelemetry/api';
 import Fastify, { LogController } from 'fastify';
 import type { Logger } from 'pino';
+import { holdsKnownKey } from '../auth/key-finder.js';
 import type { Partner } from '../auth/partner-keys.js';
 import { installAccessLog } from './access-log.js';
-import { clientErrorHandler } from './malformed-http.js';
-import { bodyLimitBytes, errorHandler, problem, sendProblem } from './problems.js';
+import { clientErrorHandlerWith, connectHandler } from './malformed-http.js';
+import { bodyLimitBytes, errorHandler, partnerTexts, problem, sendProblem } from './problems.js';
 import { type RouteDeps, registerRoutes } from './route-table.js';
 import { ProblemSchema } from './routes/problem-schema.js';
+import { strictJsonParser } from './strict-json.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -24,6 +26,13 @@ export interface AppDeps extends RouteDeps {
 }
 
 const saneRequestId = /^[A-Za-z0-9._:@/+=-]{1,128}$/;
+/** Node's own test for an Expect it meets (it answers 100 Continue itself); any other expectation is a 417. */
+const continueExpectation = /(?:^|\W)100-continue(?:$|\W)/i;
+/** The headers every answer carries. */
+const usualHeaders = { 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' } as const;
+
+/** The route template a request no route matches is known by in traces (Fastify's not-found route). */
+const notFoundTemplate = '/*';
 
 /**
  * The Fastify app, built the same way in production (main.ts) and in every test: the whole route
@@ -31,13 +40,16 @@ const saneRequestId = /^[A-Za-z0-9._:@/+=-]{1,128}$/;
  */
 export async function buildApp(deps: AppDeps) {
   const { metrics, keyStore } = deps;
-  // The caller's x-request-id when it is sane, and never a value that is a partner key.
+  // The caller's x-request-id when it is sane, and never a value that is or holds a partner key.
   const requestId = (req: IncomingMessage): string => {
     const given = req.headers['x-request-id'];
-    return typeof given === 'string' && saneRequestId.test(given) && !keyStore.holds(given) ? given : randomUUID();
+    return typeof given === 'string' && saneRequestId.test(given) && !keyStore.holds(given) && !holdsKnownKey(given) ? given : randomUUID();
   };
+  let accessLog: ReturnType<typeof installAccessLog> | undefined;
   const app = Fastify({
     loggerInstance: deps.logger,
+    // A request without Host (HTTP/1.1) is answered by the app (a 400 problem), not by Node's bare 400.
+    http: { requireHostHeader: false },
     // One line per request, written by the onResponse hook below, instead of Fastify's two.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
     genReqId: requestId,
@@ -55,11 +67,14 @@ export async function buildApp(deps: AppDeps) {
     keepAliveTimeout: 72_000,
     routerOptions: { ignoreTrailingSlash: false },
     // Malformed HTTP gets problem+json with a request id, and its raw bytes are never logged.
-    clientErrorHandler,
+    clientErrorHandler: clientErrorHandlerWith((statusCode) => accessLog?.unparsed(statusCode)),
     // Errors Fastify raises before routing (bad URL encoding, ...) go through the same handler.
+    // No hook runs for them: the usual headers and the access line are added here.
     frameworkErrors: (error, request, reply) => {
-      reply.header('x-request-id', request.id);
+      const startedAt = performance.now();
+      reply.headers({ 'x-request-id': request.id, ...usualHeaders });
       errorHandler(error, request, reply);
+      accessLog?.outsideHooks(request, reply, startedAt);
     },
     ajv: {
       // Reject, never strip or coerce: unknown properties and wrong types are a 400.
@@ -68,19 +83,38 @@ export async function buildApp(deps: AppDeps) {
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   // Only JSON bodies are accepted; Fastify's text/plain parser would let a string reach validation.
-  app.removeContentTypeParser('text/plain');
+  // JSON only in UTF-8, never content-encoded, and with no member name twice (strict-json.ts).
+  app.removeContentTypeParser(['text/plain', 'application/json']);
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, strictJsonParser(app.getDefaultJsonParser('error', 'error')));
+
+  // An Expect other than 100-continue: Node would answer a bare 417; the app answers it instead.
+  app.server.on('checkExpectation', (request, response) => app.server.emit('request', request, response));
 
   app.decorateRequest('partner', undefined);
   app.decorateRequest('audit', null as never);
   // Hooks on every request are plain callbacks, not async functions: no promise per request.
   app.addHook('onRequest', (request, reply, done) => {
     request.audit = {};
-    reply.headers({ 'x-request-id': request.id, 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' });
+    reply.headers({ 'x-request-id': request.id, ...usualHeaders });
     // Tracing on: the HTTP server span (the request's only span from the framework) gets its route,
     // so traces group by endpoint; tracing off, there is no active span and this costs one lookup.
+    // A request no route matches is exported by the not-found handler's template, never by its path.
     const span = trace.getActiveSpan();
     const route = request.routeOptions.url;
-    if (span && route) span.setAttribute('http.route', route).updateName(`${request.method} ${route}`);
+    if (span) {
+      if (route) span.setAttribute('http.route', route).updateName(`${request.method} ${route}`);
+      else span.setAttribute('url.path', notFoundTemplate);
+    }
+    const { headers, httpVersion } = request.raw;
+    if (httpVersion === '1.1' && headers.host === undefined) {
+      reply.header('connection', 'close');
+      sendProblem(reply, problem('validation', partnerTexts.missingHost, request.id));
+      return;
+    }
+    if (httpVersion === '1.1' && headers.expect !== undefined && !continueExpectation.test(headers.expect)) {
+      sendProblem(reply, problem('expectationFailed', partnerTexts.expectation, request.id));
+      return;
+    }
     done();
   });
 
@@ -96,12 +130,16 @@ export async function buildApp(deps: AppDeps) {
     done(null, payload);
   });
 
-  installAccessLog(app, metrics);
+  accessLog = installAccessLog(app, metrics);
+  const answered = accessLog;
+  // CONNECT never reaches the app: Node would drop the connection without an answer.
+  app.server.on(
+    'connect',
+    connectHandler((requestId, status) => answered.serverAnswer(app.log, 'CONNECT', status, requestId)),
+  );
 
   app.setErrorHandler(errorHandler);
-  app.setNotFoundHandler((request, reply) =>
-    sendProblem(reply, problem('notFound', `No route for ${request.method} ${request.url.split('?')[0]}.`, request.id)),
-  );
+  app.setNotFoundHandler((request, reply) => sendProblem(reply, problem('notFound', partnerTexts.noRoute, request.id)));
   app.addSchema(ProblemSchema);
 
   await registerRoutes(app, deps);

@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { AgentNotInNetwork, DisableIncomplete, DisableSuperseded, TooManyDisables } from '../agents/set-agent-status.js';
+import { redactKnownKeys } from '../auth/key-finder.js';
 import { DependencyError } from '../observability/dependency-calls.js';
 
 /**
@@ -28,6 +29,7 @@ export const problemTypes = {
   idempotencyKeyReused: { status: 422, title: 'Idempotency key reused' },
   payloadTooLarge: { status: 413, title: 'Request body too large' },
   unsupportedMediaType: { status: 415, title: 'Unsupported media type' },
+  expectationFailed: { status: 417, title: 'Expectation failed' },
   rateLimited: { status: 429, title: 'Rate limit exceeded' },
   tooManyDisables: { status: 429, title: 'Too many disables in flight' },
   dependencyFailure: { status: 500, title: 'Dependency failure' },
@@ -88,6 +90,14 @@ export const partnerTexts = {
   missingKey: 'x-api-key header is required',
   unknownKey: 'API key is not valid',
   notInNetwork: 'No agent with this agentId exists in your network.',
+  /** No route: the path is never echoed (a key pasted into a URL would come back in the body). */
+  noRoute: 'No such route. The partner API is POST /partner/agents/status and GET /partner/agents/{agentId}/status.',
+  notJson: 'Content-Type must be application/json.',
+  notUtf8: 'The body must be JSON in UTF-8: Content-Type application/json with no charset or charset=utf-8.',
+  encoded: 'Content-Encoding is not accepted: send the JSON body as it is, uncompressed.',
+  duplicateMember: 'body repeats a member name within one object; send each member once',
+  missingHost: 'An HTTP/1.1 request must carry a Host header.',
+  expectation: 'The only expectation the service meets is Expect: 100-continue.',
   bodyTooLarge: `The request body must be at most ${bodyLimitBytes / 1024} KiB.`,
   tooManyDisables: (limit: number) =>
     `Your network already has ${limit} agents being disabled. Repeat the request after the number of seconds in Retry-After.`,
@@ -170,10 +180,13 @@ function domainProblem(error: unknown, request: FastifyRequest, reply: FastifyRe
 }
 
 const frameworkProblems: Record<string, [ProblemKind, string]> = {
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: ['unsupportedMediaType', 'Content-Type must be application/json.'],
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: ['unsupportedMediaType', partnerTexts.notJson],
   FST_ERR_CTP_BODY_TOO_LARGE: ['payloadTooLarge', partnerTexts.bodyTooLarge],
   FST_ERR_CTP_EMPTY_JSON_BODY: ['validation', 'body must be a JSON object'],
   FST_ERR_CTP_INVALID_JSON_BODY: ['validation', 'body is not valid JSON'],
+  PAS_ERR_CHARSET: ['unsupportedMediaType', partnerTexts.notUtf8],
+  PAS_ERR_CONTENT_ENCODING: ['unsupportedMediaType', partnerTexts.encoded],
+  PAS_ERR_DUPLICATE_MEMBER: ['validation', partnerTexts.duplicateMember],
   FST_ERR_BAD_URL: ['validation', 'The request URL is malformed.'],
   FST_ERR_MAX_PARAM_LENGTH: ['validation', 'A path parameter is too long.'],
   FST_ERR_ASYNC_CONSTRAINT: ['validation', 'The request could not be routed.'],
@@ -187,12 +200,13 @@ export function errorHandler(error: FastifyError, request: FastifyRequest, reply
   const id = request.id;
   const domain = domainProblem(error, request, reply);
   if (domain) return sendProblem(reply, domain);
-  if (error.validation) return sendProblem(reply, problem('validation', validationDetail(error, request), id));
+  // Details that quote the request (a member name) never quote a partner key.
+  if (error.validation) return sendProblem(reply, problem('validation', redactKnownKeys(validationDetail(error, request)), id));
   const known = error.code ? frameworkProblems[error.code] : undefined;
   if (known) return sendProblem(reply, problem(known[0], known[1], id));
   const status = error.statusCode ?? 500;
   if (status >= 400 && status < 500) {
-    return sendProblem(reply, { ...problem('validation', error.message, id), status, title: 'Bad request' });
+    return sendProblem(reply, { ...problem('validation', redactKnownKeys(error.message), id), status, title: 'Bad request' });
   }
   request.log.error({ err: { type: error.name, message: error.message, stack: error.stack } }, 'unhandled error');
   return sendProblem(reply, problem('internal', 'An unexpected error occurred.', id));

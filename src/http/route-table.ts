@@ -1,7 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createRequire } from 'node:module';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import underPressure from '@fastify/under-pressure';
-import type { FastifyInstance, RawServerDefault } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerDefault } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
@@ -33,8 +34,23 @@ export interface RouteDeps {
   limits: LimitSettings & { redis: Redis | undefined; keyPrefix: string };
 }
 
-/** The methods a path that exists but does not serve them answers with 405 and Allow. */
-const answerableMethods = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
+// Through require for the same reason as in malformed-http.ts (no ES facade of node:http).
+const { METHODS } = createRequire(import.meta.url)('node:http') as typeof import('node:http');
+
+/**
+ * The methods a path that exists but does not serve them answers with 405 and Allow: every method
+ * Node's parser accepts (OPTIONS, TRACE, PROPFIND, QUERY, ...), except CONNECT, whose target is a
+ * host, never a path (malformed-http.ts answers it). Fastify routes only some of them by itself.
+ */
+const answerableMethods = METHODS.filter((method) => method !== 'CONNECT');
+
+/** Lets Fastify route every method of answerableMethods (its own set is GET, HEAD, TRACE, DELETE, OPTIONS, PATCH, PUT, POST and a few). */
+function routeEveryMethod(app: HttpApp): void {
+  const routed = new Set(app.supportedMethods);
+  for (const method of answerableMethods) {
+    if (!routed.has(method)) app.addHttpMethod(method);
+  }
+}
 
 /**
  * The whole route table, in one place: the API documents, the probes, then the partner API under
@@ -43,6 +59,7 @@ const answerableMethods = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPT
  */
 export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<void> {
   const { metrics, keyStore } = deps;
+  routeEveryMethod(app);
   const served = new Map<string, Set<string>>();
   app.addHook('onRoute', (route) => {
     if (route.url.includes('*')) return; // static assets: no 405 for a wildcard
@@ -60,6 +77,8 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
   await app.register(async (partnerApi) => {
     await partnerApi.register(underPressure, {
       maxEventLoopDelay: deps.limits.overloadMaxEventLoopDelayMs,
+      // Utilisation of the last sample, not since the start: what the guard sheds unauthenticated requests by.
+      eventLoopUtilizationMode: 'interval',
       exposeStatusRoute: false,
       pressureHandler: (request, reply) => {
         metrics.requestsShed.inc();
@@ -70,6 +89,8 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
     });
     const guard = await createPartnerGuard(partnerApi, {
       keyStore,
+      overloadMaxEventLoopDelayMs: deps.limits.overloadMaxEventLoopDelayMs,
+      overloadUnauthenticatedUtilizationPercent: deps.limits.overloadUnauthenticatedUtilizationPercent,
       metrics,
       rateLimitMax: deps.limits.rateLimitMax,
       rateLimitWindowMs: deps.limits.rateLimitWindowMs,
@@ -92,17 +113,17 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
     const allowed = answerableMethods.filter((method) => methods.has(method));
     const others = answerableMethods.filter((method) => !methods.has(method));
     if (others.length === 0) continue;
+    const answer = (request: FastifyRequest, reply: FastifyReply) => {
+      reply.header('allow', allowed.join(', '));
+      sendProblem(reply, problem('methodNotAllowed', `${request.method} is not allowed here; use ${allowed.join(' or ')}.`, request.id));
+    };
     app.route({
       method: others,
       url,
       schema: { hide: true },
-      handler: (request, reply) => {
-        reply.header('allow', allowed.join(', '));
-        return sendProblem(
-          reply,
-          problem('methodNotAllowed', `${request.method} is not allowed here; use ${allowed.join(' or ')}.`, request.id),
-        );
-      },
+      // Answered before any body is read: a method the path does not serve is a 405 whatever it sends.
+      onRequest: (request, reply, _done) => answer(request, reply),
+      handler: (request, reply) => answer(request, reply),
     });
   }
 }

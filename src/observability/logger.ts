@@ -1,5 +1,6 @@
 import { isSpanContextValid, trace } from '@opentelemetry/api';
 import { type DestinationStream, type Logger, pino } from 'pino';
+import { redactKnownKeys } from '../auth/key-finder.js';
 
 interface RequestLike {
   method?: string;
@@ -68,12 +69,14 @@ export function createLogger(level: string, output: DestinationStream | number =
         const context = trace.getActiveSpan()?.spanContext();
         return context && isSpanContextValid(context) ? { traceId: context.traceId, spanId: context.spanId } : {};
       },
-      // Warnings and errors are written out at once, with whatever is buffered before them.
       hooks: {
+        // Warnings and errors are written out at once, with whatever is buffered before them.
         logMethod(args, method, levelValue) {
           method.apply(this, args);
           if (levelValue >= warnLevel) chunked?.flush();
         },
+        // The last line of defence: a partner key, wherever it came from, never reaches a line.
+        streamWrite: redactKnownKeys,
       },
     },
     chunked?.stream ?? (output as DestinationStream),

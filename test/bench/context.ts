@@ -14,6 +14,7 @@ import { freePort } from '../support/process.js';
 import type { LoadFigure } from './load.js';
 import type { Options } from './options.js';
 import { startOtlpSink } from './otlp-sink.js';
+import type { FloodFigures } from './phases/flood.js';
 import { type Child, pinLoadGenerator, pinning, root, startPinned, tail } from './processes.js';
 import { describeMachine, type Machine } from './report.js';
 
@@ -57,6 +58,8 @@ export interface Results {
   exported: { exports: number; bytes: number };
   /** Network B's disable alone and beside network A's load (the fairness figure). */
   fairness?: { aloneMs: number; besideLoadMs: number; spendDelayMs: number; campaigns: number; loadAgents: number; loadCampaigns: number };
+  /** A partner's enables alone and beside a flood of bad keys (phases/flood.ts). */
+  flood?: FloodFigures;
 }
 
 /** A service process started the way `npm start` starts it. */
@@ -270,6 +273,8 @@ export async function startService(ctx: BenchContext, name: string, env: Record<
       DRAIN_DELAY_MS: '0',
       OTEL_SDK_DISABLED: 'true',
       RATE_LIMIT_MAX: unreachableRateLimit,
+      // The 401 path is measured as it is: bad keys are shed first only where a phase says so (flood).
+      OVERLOAD_UNAUTHENTICATED_UTILIZATION_PERCENT: '100',
       ...start.env,
       ...env,
     },

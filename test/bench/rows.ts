@@ -1,6 +1,7 @@
 // The table of `npm run bench`: one row per figure, with its floor and target where it has them.
 import type { ProcessFigures, Results } from './context.js';
 import type { Plan } from './options.js';
+import { partnerRate } from './phases/flood.js';
 import type { Row } from './report.js';
 
 const disableTargets: Record<number, number> = { 100: 10, 10000: 150 };
@@ -99,6 +100,35 @@ export function tableRows(results: Results, plan: Plan): Row[] {
       floor: { figure: 'B alone', value: f.aloneMs },
       target: { of: 'ratio', op: '<=', limit: 1.5 },
     });
+  }
+  if (results.flood) {
+    const { alone, sheddingOff, sheddingOn } = results.flood;
+    const rate = `${partnerRate} req/s`;
+    const statuses = (counts: Record<string, number>) =>
+      Object.entries(counts)
+        .map(([status, count]) => `${count.toLocaleString('en-US')}× ${status}`)
+        .join(', ');
+    candidates.push({ figure: `enable at ${rate}, alone: p99`, value: alone.p99Ms, unit: 'ms', detail: `p50 ${alone.p50Ms} ms` });
+    for (const [name, run] of [
+      ['unauthenticated never shed', sheddingOff],
+      ['unauthenticated shed first (default)', sheddingOn],
+    ] as const) {
+      candidates.push(
+        {
+          figure: `enable at ${rate} beside a flood of bad keys, ${name}: p99`,
+          value: run.partner.p99Ms,
+          unit: 'ms',
+          detail: `p50 ${run.partner.p50Ms} ms`,
+          floor: { figure: 'alone', value: alone.p99Ms },
+        },
+        {
+          figure: `the flood of bad keys, ${name}`,
+          value: run.flood.requestsPerSecond,
+          unit: 'req/s',
+          detail: statuses(run.flood.statusCounts),
+        },
+      );
+    }
   }
   if (concurrent) {
     candidates.push(

@@ -21,6 +21,7 @@ import { disablesUnderLoad } from './phases/concurrent.js';
 import { disableAcrossNetwork, disableLatency } from './phases/disable-latency.js';
 import { enablePhase, idempotencyPhase } from './phases/enable.js';
 import { fairness } from './phases/fairness.js';
+import { partnerBesideFlood } from './phases/flood.js';
 import { databaseFloors, floor } from './phases/floors.js';
 import { overTheLimit } from './phases/rate-limited.js';
 import { sampledEnable, tracedEnable } from './phases/tracing.js';
@@ -70,6 +71,7 @@ if (selected('tracing')) {
 }
 if (selected('401') || selected('429')) await floor(ctx, 'bare', 'floor: bare Fastify route');
 if (up && selected('401')) await phase(ctx, '401 path', () => unknownKeys(ctx, up));
+if (up && selected('flood')) await phase(ctx, 'a partner beside a flood of bad keys', () => partnerBesideFlood(ctx, up));
 if (selected('429')) await phase(ctx, '429 path', () => overTheLimit(ctx));
 if (up) {
   if (selected('disables')) {
@@ -98,6 +100,7 @@ const written = writeResults(join(root, 'test/bench/results'), quick || only !==
   disables: results.disables,
   concurrentDisables: results.concurrent,
   fairness: results.fairness,
+  flood: results.flood,
   processes: results.processes,
   tracingExport: results.exported,
   failures: results.failures,

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,6 +16,8 @@ import { keysDocument } from '../support/service.js';
 const db = testDatabase();
 const simulator = createSpendSimulator();
 const key = newApiKey();
+// A key from before the issued format (no pas_ prefix, Base64 with + / =): only the key set can tell it is one.
+const legacyKey = `lk-${randomBytes(30).toString('base64')}`;
 let networkId: string;
 let keysDir: string;
 
@@ -22,7 +25,13 @@ beforeAll(async () => {
   await simulator.listen({ port: 0, host: '127.0.0.1' });
   networkId = await db.network();
   keysDir = mkdtempSync(join(tmpdir(), 'pas-tracing-keys-'));
-  writeFileSync(join(keysDir, 'partner-keys.json'), keysDocument([{ key, networkId, name: 'traced-partner' }]));
+  writeFileSync(
+    join(keysDir, 'partner-keys.json'),
+    keysDocument([
+      { key, networkId, name: 'traced-partner' },
+      { key: legacyKey, networkId, name: 'legacy-partner' },
+    ]),
+  );
 });
 
 afterAll(async () => {
@@ -218,6 +227,73 @@ describe('redaction: a key sent anywhere reaches no log line, no exported span a
         expect(call.traceparent).not.toContain(partnerTraceId);
         expect(JSON.stringify(call)).not.toContain(key);
       }
+    } finally {
+      if (!stopped) await service.stop();
+      await receiver.close();
+    }
+  });
+});
+
+describe('redaction: a key anywhere in a request, at LOG_LEVEL=trace with tracing on', () => {
+  it('reaches no log line, no exported span and no answer, whatever part of the request holds it', async () => {
+    const { receiver, service, port } = await startTracedService('trace');
+    const agentId = await db.agent(networkId);
+    const answers: string[] = [];
+    const send = async (bytes: string) => answers.push(await rawExchange(port, bytes, { keepOpen: true }));
+    let stopped = false;
+    try {
+      for (const [valid, pasted] of [
+        [key, legacyKey],
+        [legacyKey, key],
+      ] as const) {
+        const auth = `x-api-key: ${valid}\r\n`;
+        const body = (text: string) => `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\n\r\n${text}`;
+        // The path, as a parameter, past a route, and where no route is.
+        await send(`GET /partner/agents/${pasted}/status HTTP/1.1\r\nhost: x\r\n${auth}connection: close\r\n\r\n`);
+        await send(`GET /partner/nothing/${pasted} HTTP/1.1\r\nhost: x\r\n${auth}connection: close\r\n\r\n`);
+        await send(`GET /${pasted} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`);
+        await send(`DELETE /partner/agents/${pasted}/status HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`);
+        // The query, as a value and as a name.
+        await send(`GET /partner/agents/${agentId}/status?key=${pasted}&${pasted} HTTP/1.1\r\nhost: x\r\n${auth}connection: close\r\n\r\n`);
+        // Every header: Host, the user agent, the request id, a cookie, Authorization, the content type, any other.
+        await send(
+          `POST /partner/agents/status HTTP/1.1\r\nhost: ${pasted}\r\nuser-agent: client/${pasted}\r\nx-request-id: req-${pasted}\r\n` +
+            `cookie: session=${pasted}\r\nauthorization: Bearer ${pasted}\r\nreferer: https://example.com/${pasted}\r\nx-anything: ${pasted}\r\n` +
+            `accept: ${pasted}\r\n${auth}connection: close\r\n${body(JSON.stringify({ agentId, enabled: true }))}`,
+        );
+        await send(
+          `POST /partner/agents/status HTTP/1.1\r\nhost: x\r\n${auth}connection: close\r\ncontent-type: application/json; x=${pasted}\r\ncontent-length: 2\r\n\r\n{}`,
+        );
+        // The body: a member name, a member value, text that is not JSON.
+        await send(`POST /partner/agents/status HTTP/1.1\r\nhost: x\r\n${auth}connection: close\r\n${body(`{"${pasted}":1}`)}`);
+        await send(
+          `POST /partner/agents/status HTTP/1.1\r\nhost: x\r\n${auth}connection: close\r\n${body(JSON.stringify({ agentId: pasted, enabled: true }))}`,
+        );
+        await send(`POST /partner/agents/status HTTP/1.1\r\nhost: x\r\n${auth}connection: close\r\n${body(pasted)}`);
+        // Malformed request lines and headers, a bad URL, CONNECT.
+        await send(`GET /partner/${pasted} HTTP/1.1 nonsense\r\nhost: x\r\n\r\n`);
+        await send(`GET /partner/agents/status HTTP/1.1\r\nhost: x\r\n${pasted}\r\n\r\n`);
+        await send(`GET /partner/%zz${pasted} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`);
+        await send(`CONNECT ${pasted}:443 HTTP/1.1\r\nhost: x\r\n\r\n`);
+      }
+      // The server spans of the requests above (the malformed ones have none).
+      await receiver.waitFor((spans) => spans.filter((span) => span.kind === 2).length >= 20);
+      expect(await service.stop()).toBe(0);
+      stopped = true;
+
+      expect(answers).toHaveLength(28);
+      for (const answer of answers) expect(answer.length).toBeGreaterThan(0);
+      const exported = receiver.bodies.join('\n');
+      const logs = service.output.join('\n');
+      for (const secret of [key, legacyKey]) {
+        for (const answer of answers) expect(answer).not.toContain(secret);
+        expect(exported).not.toContain(secret);
+        expect(logs).not.toContain(secret);
+      }
+      // The user agent is not exported; a request no route matches is exported by the not-found template.
+      expect(receiver.spans.some((span) => 'user_agent.original' in span.attributes)).toBe(false);
+      expect(receiver.spans.some((span) => span.attributes['url.path'] === '/*')).toBe(true);
+      expect(service.output.some((line) => line.includes('"level":"trace"') || line.includes('"level":"debug"'))).toBe(true);
     } finally {
       if (!stopped) await service.stop();
       await receiver.close();

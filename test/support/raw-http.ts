@@ -28,3 +28,18 @@ export function parseRawResponse(raw: string) {
   );
   return { statusLine, status: Number(statusLine.split(' ')[1]), headers, body };
 }
+
+/** Every HTTP/1.1 response on the wire, in order: each read by its Content-Length (the service always sends one). */
+export function parseRawResponses(raw: string) {
+  const responses: Array<ReturnType<typeof parseRawResponse>> = [];
+  let rest = raw;
+  while (rest.length > 0) {
+    const headEnd = rest.indexOf('\r\n\r\n');
+    if (headEnd < 0) break;
+    const length = Number(/\r\ncontent-length:\s*(\d+)/i.exec(rest.slice(0, headEnd))?.[1] ?? 0);
+    const end = headEnd + 4 + length;
+    responses.push(parseRawResponse(rest.slice(0, end)));
+    rest = rest.slice(end);
+  }
+  return responses;
+}

@@ -30,6 +30,7 @@ describe('configuration from the environment', () => {
         disablesInFlightPerNetwork: 8,
         requestDeadlineMs: 25000,
         overloadMaxEventLoopDelayMs: 200,
+        overloadUnauthenticatedUtilizationPercent: 50,
       },
       pipeline: { batchesInFlight: 16, spendManagementMaxConcurrency: 16 },
       worker: { pollIntervalMs: 2000, leaseMs: 15000, backoffBaseMs: 1000, backoffMaxMs: 20000, concurrency: 4 },

@@ -22,6 +22,7 @@ describe('problem details (RFC 9457)', () => {
       idempotencyKeyReused: 422,
       payloadTooLarge: 413,
       unsupportedMediaType: 415,
+      expectationFailed: 417,
       rateLimited: 429,
       tooManyDisables: 429,
       dependencyFailure: 500,
@@ -34,6 +35,7 @@ describe('problem details (RFC 9457)', () => {
     const types = Object.fromEntries(Object.keys(problemTypes).map((kind) => [kind, problem(kind as never, 'x', 'r').type]));
     expect(types).toMatchObject({
       methodNotAllowed: 'urn:partner-agent-status:problem:method-not-allowed',
+      expectationFailed: 'urn:partner-agent-status:problem:expectation-failed',
       superseded: 'urn:partner-agent-status:problem:superseded',
       rateLimited: 'urn:partner-agent-status:problem:rate-limited',
       tooManyDisables: 'urn:partner-agent-status:problem:too-many-disables',

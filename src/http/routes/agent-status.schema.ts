@@ -201,7 +201,7 @@ export function setAgentStatusDocumentation() {
         },
         400: problemResponse(
           400,
-          'The body is not a JSON object with exactly `agentId` (`us-east-1:<uuid>`) and `enabled` (boolean), or is not valid JSON, or `Idempotency-Key` is malformed. Nothing was changed.',
+          'The body is not a JSON object with exactly `agentId` (`us-east-1:<uuid>`) and `enabled` (boolean), is not valid JSON, repeats a member name in one object, or `Idempotency-Key` is malformed. Nothing was changed.',
           {
             unknownProperty: {
               summary: 'A property other than agentId and enabled',
@@ -216,6 +216,7 @@ export function setAgentStatusDocumentation() {
             wrongType: { summary: 'enabled given as a string', kind: 'validation', detail: 'enabled must be of type boolean' },
             malformedJson: { summary: 'A body that is not valid JSON', kind: 'validation', detail: 'body is not valid JSON' },
             malformedIdempotencyKey: { summary: 'A malformed Idempotency-Key', kind: 'validation', detail: convenienceTexts.malformedKey },
+            duplicateMember: { summary: 'A member name twice in one object', kind: 'validation', detail: partnerTexts.duplicateMember },
           },
         ),
         401: problemResponse(
@@ -241,13 +242,15 @@ export function setAgentStatusDocumentation() {
         413: problemResponse(413, `The body is larger than ${bodyLimitBytes / 1024} KiB. Nothing was changed.`, {
           tooLarge: { summary: `Body over ${bodyLimitBytes / 1024} KiB`, kind: 'payloadTooLarge', detail: partnerTexts.bodyTooLarge },
         }),
-        415: problemResponse(415, 'The `Content-Type` is not `application/json`. Nothing was changed.', {
-          notJson: {
-            summary: 'Content-Type other than JSON',
-            kind: 'unsupportedMediaType',
-            detail: 'Content-Type must be application/json.',
+        415: problemResponse(
+          415,
+          'The `Content-Type` is not `application/json`, names a `charset` other than UTF-8, or the body has a `Content-Encoding` (none is accepted). Nothing was changed.',
+          {
+            notJson: { summary: 'Content-Type other than JSON', kind: 'unsupportedMediaType', detail: partnerTexts.notJson },
+            notUtf8: { summary: 'A charset other than UTF-8', kind: 'unsupportedMediaType', detail: partnerTexts.notUtf8 },
+            encoded: { summary: 'A Content-Encoding', kind: 'unsupportedMediaType', detail: partnerTexts.encoded },
           },
-        }),
+        ),
         409: problemResponse(
           409,
           'An enable of this agent was answered after this disable was requested: the disable stopped pausing campaigns (`pausedCampaignCount` says how many it paused before). The agent is enabled. Or: the first request with this `Idempotency-Key` is still running; repeat after `Retry-After` seconds.',

@@ -54,7 +54,7 @@ Each network may make a limited number of requests per window, counted across al
 
 ## Errors
 
-Every error is \`application/problem+json\` (RFC 9457) with \`type\` (a stable URN to match on), \`title\`, \`status\`, \`detail\` (what to fix) and \`requestId\`. Bodies are limited to ${bodyLimitKiB} KiB.
+Every error is \`application/problem+json\` (RFC 9457) with \`type\` (a stable URN to match on), \`title\`, \`status\`, \`detail\` (what to fix) and \`requestId\`. Bodies are JSON in UTF-8 (\`Content-Type: application/json\`, with no charset or \`charset=utf-8\`; another charset or any \`Content-Encoding\` is a 415), with each member name at most once per object (a repeated one is a 400), and at most ${bodyLimitKiB} KiB.
 
 ## Request ids
 

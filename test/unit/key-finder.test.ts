@@ -1,0 +1,63 @@
+import { randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { issueKey } from '../../src/auth/issued-key.js';
+import { holdsKnownKey, redactKnownKeys } from '../../src/auth/key-finder.js';
+import { hashKey, PartnerKeyStore, parseKeySet } from '../../src/auth/partner-keys.js';
+
+const networkId = '8d2f6a4c-1b3e-4f5a-9c7d-0e1f2a3b4c5d';
+
+/** A store holding these keys, raw or hashed; made at run time, never written anywhere. */
+function storeOf(entries: Array<{ key: string; hashed?: boolean }>): PartnerKeyStore {
+  const store = new PartnerKeyStore();
+  const document = Object.fromEntries(
+    entries.map(({ key, hashed }, i) => [hashed ? `sha256:${hashKey(key)}` : key, { networkId, name: `partner-${i}` }]),
+  );
+  store.replace(parseKeySet(JSON.stringify({ 'partner-keys': document })));
+  return store;
+}
+
+describe('a loaded key is found wherever it stands in a text', () => {
+  // Not the issued format, and with characters a URL or a header splits on.
+  const raw = `legacy/${randomBytes(18).toString('base64')}=;x`;
+  const issued = issueKey();
+  const store = storeOf([{ key: raw }, { key: issued }]);
+
+  it.each([
+    ['a path', (k: string) => `/partner/agents/${k}/status`],
+    ['a user agent', (k: string) => `client/${k}`],
+    ['glued to other characters', (k: string) => `xx${k}yy`],
+    ['a JSON log line', (k: string) => `{"msg":"x","path":"/a${k}b"}`],
+    ['twice', (k: string) => `${k} and ${k}`],
+  ])('in %s', (_where, place) => {
+    for (const key of [raw, issued]) {
+      const text = place(key);
+      expect(holdsKnownKey(text)).toBe(true);
+      expect(redactKnownKeys(text)).not.toContain(key);
+      expect(redactKnownKeys(text)).toContain('REDACTED');
+    }
+  });
+
+  it('leaves texts without a key alone (the same string)', () => {
+    const text = `/partner/agents/us-east-1:${'a'.repeat(8)}/status ${issueKey()} ${raw.slice(1)}`;
+    expect(redactKnownKeys(text)).toBe(text);
+    expect(store.size).toBe(2);
+  });
+
+  it('finds a key with characters JSON escapes in a JSON line, escaped', () => {
+    const quoted = `q"${randomBytes(18).toString('base64')}\\x`;
+    storeOf([{ key: quoted }]);
+    const line = JSON.stringify({ msg: 'x', path: `/a/${quoted}/b` });
+    expect(line).not.toContain(quoted);
+    expect(redactKnownKeys(line)).not.toContain(JSON.stringify(quoted).slice(1, -1));
+    expect(holdsKnownKey(`/a/${quoted}/b`)).toBe(true);
+  });
+
+  it('finds a hashed entry delimited as a token before it is used, and anywhere once it authenticated', () => {
+    const hashed = `pk_live_${randomBytes(24).toString('base64url')}`;
+    const hashedStore = storeOf([{ key: hashed, hashed: true }]);
+    expect(holdsKnownKey(`/partner/${hashed}/x`)).toBe(true);
+    expect(holdsKnownKey(`zz${hashed}zz`)).toBe(false);
+    expect(hashedStore.lookup(hashed)?.name).toBe('partner-0');
+    expect(holdsKnownKey(`zz${hashed}zz`)).toBe(true);
+  });
+});
