@@ -215,6 +215,7 @@ DRAIN_DELAY_MS: {{ $c.drainDelayMs | int64 | toString | quote }}
 SHUTDOWN_TIMEOUT_MS: {{ $c.shutdownTimeoutMs | int64 | toString | quote }}
 REQUEST_DEADLINE_MS: {{ $c.requestDeadlineMs | int64 | toString | quote }}
 OVERLOAD_MAX_EVENT_LOOP_DELAY_MS: {{ $c.overloadMaxEventLoopDelayMs | int64 | toString | quote }}
+OVERLOAD_UNAUTHENTICATED_UTILIZATION_PERCENT: {{ $c.overloadUnauthenticatedUtilizationPercent | int64 | toString | quote }}
 RATE_LIMIT_MAX: {{ $c.rateLimit.max | int64 | toString | quote }}
 RATE_LIMIT_WINDOW_MS: {{ $c.rateLimit.windowMs | int64 | toString | quote }}
 DISABLES_IN_FLIGHT_PER_NETWORK: {{ $c.disablesInFlightPerNetwork | int64 | toString | quote }}
