@@ -278,7 +278,8 @@ export class DisableRunner {
     type MarkWaiter = {
       ids: string[];
       finish: boolean;
-      resolve: (result: { skipped: string[]; finished: boolean }) => void;
+      /** Settles with the ids of this batch that a lock left unmarked. */
+      resolve: (skipped: string[]) => void;
       reject: (error: unknown) => void;
     };
     const marks: MarkWaiter[] = [];
@@ -304,7 +305,7 @@ export class DisableRunner {
         paused += marked.moved;
         if (marked.finished) finishedByMark = true;
         const skipped = new Set(marked.skipped);
-        for (const waiter of group) waiter.resolve({ skipped: waiter.ids.filter((id) => skipped.has(id)), finished: marked.finished });
+        for (const waiter of group) waiter.resolve(waiter.ids.filter((id) => skipped.has(id)));
       } catch (error) {
         for (const waiter of group) waiter.reject(error);
       } finally {
@@ -313,7 +314,7 @@ export class DisableRunner {
       }
     };
     const markPaused = (ids: string[], finish: boolean) =>
-      new Promise<{ skipped: string[]; finished: boolean }>((resolve, reject) => {
+      new Promise<string[]>((resolve, reject) => {
         marks.push({ ids, finish, resolve, reject });
         void flushMarks();
       });
@@ -333,9 +334,9 @@ export class DisableRunner {
       // The database step does not hold the batch's place in the pipeline: the next call may start
       // while the marks, one statement at a time, catch up.
       const marking = markPaused(stored.confirmed, finish).then(
-        (marked) => {
-          for (const id of stored.confirmed) if (!marked.skipped.includes(id)) unsettled.delete(id);
-          if (marked.skipped.length > 0) notConfirmedBy('postgres', marked.skipped.length);
+        (skipped) => {
+          for (const id of stored.confirmed) if (!skipped.includes(id)) unsettled.delete(id);
+          if (skipped.length > 0) notConfirmedBy('postgres', skipped.length);
         },
         (error: unknown) => {
           failure ??= toDependencyError(error);

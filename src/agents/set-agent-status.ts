@@ -248,9 +248,14 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     }
   }
 
-  /** What is left to pause, from the database if it answers quickly, else estimated from the start. */
+  /** What is left to pause, estimated from the count the recording statement read. */
+  function estimatedRemaining(progress: Progress): number | undefined {
+    return progress.unpausedAtStart === undefined ? undefined : Math.max(0, progress.unpausedAtStart - progress.paused);
+  }
+
+  /** What is left to pause, from the database if it answers quickly, else estimated. */
   async function remainingWithin(agentId: string, progress: Progress): Promise<number | undefined> {
-    const estimate = progress.unpausedAtStart === undefined ? undefined : Math.max(0, progress.unpausedAtStart - progress.paused);
+    const estimate = estimatedRemaining(progress);
     let timer: NodeJS.Timeout | undefined;
     const fallback = new Promise<number | undefined>((resolve) => {
       timer = setTimeout(() => resolve(estimate), Math.max(50, answerMarginMs - 100));
@@ -264,9 +269,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
   }
 
   function incomplete(end: Extract<RunEnd, { kind: 'incomplete' }>, progress: Progress): DisableIncomplete {
-    const remaining =
-      end.remaining ?? (progress.unpausedAtStart === undefined ? undefined : Math.max(0, progress.unpausedAtStart - progress.paused));
-    return new DisableIncomplete(progress.paused, remaining, end.cause);
+    return new DisableIncomplete(progress.paused, end.remaining ?? estimatedRemaining(progress), end.cause);
   }
 
   /** Drives the pipeline for the claim this request holds, counting what it moves. */
@@ -349,7 +352,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
       if (local && local.networkId === networkId) {
         const end = await local.done;
         if (end.kind === 'completed') return progress.paused;
-        if (end.kind === 'incomplete') throw incomplete({ ...end, paused: progress.paused }, progress);
+        if (end.kind === 'incomplete') throw incomplete(end, progress);
         continue;
       }
       const claimToken = randomUUID();

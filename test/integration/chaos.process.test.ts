@@ -6,14 +6,14 @@
 // - every disabled agent converges within 60 s of healing, with no request;
 // - no pause call starts after an enable answered (unless a later disable was recorded);
 // - exactly one change row per request that reached its statement.
-// The seed is printed so that a failure can be replayed: CHAOS_SEED=<n> CHAOS_SECONDS=<s>.
+// The seed is printed so that a failure can be replayed: CHAOS_SEED=<n> CHAOS_SECONDS=<s>;
+// CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY=<n> runs the replicas with that many spend-management slots.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomInt, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startBlackholeProxy } from '../support/blackhole-proxy.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { freePort, startServiceProcess } from '../support/process.js';
@@ -107,6 +107,9 @@ beforeAll(async () => {
       REDIS_COMMAND_TIMEOUT_MS: '300',
       BREAKER_RESET_TIMEOUT_MS: '1000',
       DISABLES_IN_FLIGHT_PER_NETWORK: '16',
+      ...(process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY
+        ? { SPEND_MANAGEMENT_MAX_CONCURRENCY: process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY }
+        : {}),
     },
     { keepRequests: 100_000 },
   );
@@ -123,7 +126,7 @@ afterAll(async () => {
 /** One replica: the built service behind its own Redis and PostgreSQL proxies, restartable. */
 async function replica(index: number) {
   const target = new URL(databaseUrl());
-  const pgProxy = await startBlackholeProxy({ host: target.hostname, port: Number(target.port || 5432) }, 'pas_', 0);
+  const pgProxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) }, { marker: 'pas_', count: 0 });
   const redisProxy = await startTcpProxy({ host: '127.0.0.1', port: redisPort });
   const viaProxy = new URL(databaseUrl());
   viaProxy.port = String(pgProxy.port);
@@ -168,7 +171,12 @@ async function replica(index: number) {
 
 describe(`chaos for ${chaosSeconds} s (seed ${seed})`, () => {
   it('keeps the invariants under random faults and converges once they heal', { timeout: (chaosSeconds + 120) * 1_000 }, async () => {
-    console.log(`chaos seed ${seed}; replay with CHAOS_SEED=${seed} CHAOS_SECONDS=${chaosSeconds}`);
+    console.log(
+      `chaos seed ${seed}; replay with CHAOS_SEED=${seed} CHAOS_SECONDS=${chaosSeconds}` +
+        (process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY
+          ? ` CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY=${process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY}`
+          : ''),
+    );
     const random = generator(seed ^ 0x5eed);
     const replicas = await Promise.all([0, 1, 2].map(replica));
     const sim = environment.simulator.simulator;

@@ -5,7 +5,6 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
-import { startBlackholeProxy } from '../support/blackhole-proxy.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { startTestService, type TestService } from '../support/service.js';
@@ -163,7 +162,10 @@ describe('a campaign row locked by another transaction', () => {
 describe('a database connection that stops answering (black-holed, not closed)', () => {
   it('fails that statement within its client-side limit, answers the request by its deadline, and converges on a fresh connection', async () => {
     const target = new URL(databaseUrl());
-    const proxy = await startBlackholeProxy({ host: target.hostname, port: Number(target.port || 5432) }, 'pas_mark_campaigns_paused');
+    const proxy = await startTcpProxy(
+      { host: target.hostname, port: Number(target.port || 5432) },
+      { marker: 'pas_mark_campaigns_paused', count: 1 },
+    );
     const viaProxy = new URL(databaseUrl());
     viaProxy.port = String(proxy.port);
     try {

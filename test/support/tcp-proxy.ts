@@ -2,12 +2,19 @@ import { once } from 'node:events';
 import { connect, createServer, type Socket } from 'node:net';
 
 /**
- * A TCP proxy that a test can cut and restore, to make a dependency (Redis) unreachable for the
- * service without touching the real server other tests use.
+ * A TCP proxy between the service and a real dependency, so that a test can make that dependency
+ * fail for the service alone, without touching the server other tests use:
+ * - `cut()` closes every connection and refuses new ones until `restore()`;
+ * - `hold(marker)` black-holes connections: once a client's bytes contain `marker` (for PostgreSQL,
+ *   the name of a prepared statement, which travels in every Parse and Bind), that connection
+ *   stops forwarding in both directions but stays open, as behind a failover without a reset or a
+ *   proxy that hung. `arm()` holds one more such connection; `held()` counts those held so far.
  */
-export async function startTcpProxy(target: { host: string; port: number }) {
+export async function startTcpProxy(target: { host: string; port: number }, hold?: { marker: string; count: number }) {
   const sockets = new Set<Socket>();
   let cut = false;
+  let toHold = hold?.count ?? 0;
+  let held = 0;
   const server = createServer((client) => {
     if (cut) return client.destroy();
     const upstream = connect(target.port, target.host);
@@ -16,7 +23,18 @@ export async function startTcpProxy(target: { host: string; port: number }) {
       socket.on('close', () => sockets.delete(socket));
       socket.on('error', () => socket.destroy());
     }
-    client.pipe(upstream).pipe(client);
+    let blackholed = false;
+    client.on('data', (chunk: Buffer) => {
+      if (!blackholed && hold && toHold > 0 && chunk.includes(hold.marker)) {
+        toHold -= 1;
+        held += 1;
+        blackholed = true;
+      }
+      if (!blackholed) upstream.write(chunk);
+    });
+    upstream.on('data', (chunk: Buffer) => {
+      if (!blackholed) client.write(chunk);
+    });
     client.on('close', () => upstream.destroy());
     upstream.on('close', () => client.destroy());
   });
@@ -32,6 +50,12 @@ export async function startTcpProxy(target: { host: string; port: number }) {
     },
     restore() {
       cut = false;
+    },
+    /** Connections held so far. */
+    held: () => held,
+    /** Holds the next connection that carries the marker too. */
+    arm() {
+      toHold += 1;
     },
     close: () => {
       for (const socket of sockets) socket.destroy();

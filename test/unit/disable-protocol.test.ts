@@ -26,6 +26,7 @@ function protocol(options: { slots?: number; delayMs?: number } = {}) {
         scheduler.run(owner, async () => {
           if (!(await mayStart())) return undefined;
           calls.push({ ids, at: Date.now() });
+          stores.statements.push('spend_call');
           await new Promise((resolve) => setTimeout(resolve, options.delayMs ?? 0));
           return { confirmed: [...ids] };
         }),
@@ -63,14 +64,20 @@ function protocol(options: { slots?: number; delayMs?: number } = {}) {
 }
 
 describe('the disable protocol, without a database', () => {
-  it('takes the claim, checks it before every call, pauses everything and finishes the pending row', async () => {
-    const { stores, calls, useCase, command } = protocol();
+  it('takes the claim, checks it inside the slot before every call, pauses everything and finishes the pending row', async () => {
+    const { stores, calls, useCase, command } = protocol({ slots: 1 });
     const { agentId } = stores.seed(networkId, 250);
     const status = await useCase.setAgentStatus(command(agentId, false));
     expect(status).toMatchObject({ enabled: false, pausedCampaignCount: 250 });
     expect(calls).toHaveLength(3);
-    // The claim is checked inside the slot: a read while the lease is fresh.
-    expect(stores.statements.filter((name) => name === 'check_claim' || name === 'renew_lease').length).toBeGreaterThanOrEqual(1);
+    // One slot: each call waits for the one before, and a check made after its slot was granted
+    // (a read while the lease is fresh) stands between every two calls.
+    const sinceLastCall = stores.statements
+      .join(' ')
+      .split('spend_call')
+      .slice(0, 3)
+      .map((between) => /check_claim|renew_lease/.test(between));
+    expect(sinceLastCall).toEqual([true, true, true]);
     expect(stores.pending.has(agentId)).toBe(false);
     expect(stores.approved(agentId)).toBe(false);
   });
