@@ -56,6 +56,11 @@ export interface PipelineSettings {
   batchesInFlight: number;
   /** Spend-management calls in flight at once in this replica, all disables together. */
   spendManagementMaxConcurrency: number;
+  /**
+   * The longest a worker's call waits for a spend-management slot while requests' calls keep
+   * coming: past it, it goes before them (docs/interfaces.md §9's 60 s under any load).
+   */
+  workerCallMaxWaitMs: number;
 }
 
 /** The convergence worker of docs/interfaces.md §9. */
@@ -66,6 +71,11 @@ export interface WorkerSettings {
   backoffMaxMs: number;
   /** Pending disables one replica's worker runs at once. */
   concurrency: number;
+  /**
+   * The oldest claim-check answer a pause call may start on (from when the check was sent); an
+   * enable that supersedes a disable answers no earlier than this after its commit.
+   */
+  claimCheckMaxAgeMs: number;
 }
 
 export interface SecretsManagerSettings {
@@ -197,6 +207,7 @@ function readConfig(env: Env): Config {
       // them fairly as soon as others wait).
       batchesInFlight: integer(env, 'DISABLE_BATCHES_IN_FLIGHT', 16, 1, 64),
       spendManagementMaxConcurrency: integer(env, 'SPEND_MANAGEMENT_MAX_CONCURRENCY', 16, 1, 1_000),
+      workerCallMaxWaitMs: integer(env, 'SPEND_MANAGEMENT_WORKER_MAX_WAIT_MS', 1_000, 10, 60_000),
     },
     worker: {
       pollIntervalMs: integer(env, 'WORKER_POLL_INTERVAL_MS', 2_000, 50, 60_000),
@@ -204,6 +215,7 @@ function readConfig(env: Env): Config {
       backoffBaseMs: integer(env, 'WORKER_BACKOFF_BASE_MS', 1_000, 10, 60_000),
       backoffMaxMs: integer(env, 'WORKER_BACKOFF_MAX_MS', 20_000, 10, 60_000),
       concurrency: integer(env, 'WORKER_CONCURRENCY', 4, 1, 100),
+      claimCheckMaxAgeMs: integer(env, 'CLAIM_CHECK_MAX_AGE_MS', 1_000, 10, 10_000),
     },
     secretsManager: {
       connectTimeoutMs: integer(env, 'SECRETS_MANAGER_CONNECT_TIMEOUT_MS', 2_000, 100, 60_000),

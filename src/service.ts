@@ -18,6 +18,7 @@ import { type CampaignStateStore, createRedisCampaignState } from './stores/camp
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
 import { createDisableQueue } from './stores/disable-queue.js';
 import { createIdempotencyKeys } from './stores/idempotency-keys.js';
+import { createSentPauses } from './stores/sent-pauses.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
 
 export interface ServiceOptions {
@@ -67,10 +68,12 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   const checkPool = resources.own('claim-check pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 4 }), (pool) => pool.end());
   const agents = createAgentRepository(requestPool, metrics);
   const queue = createDisableQueue(requestPool, metrics, checkPool);
+  const sentPauses = createSentPauses(requestPool, metrics);
   const workerStores = {
     agents: createAgentRepository(workerPool, metrics),
     // The worker checks its claims on its own pool: it takes only what requests leave free.
     queue: createDisableQueue(workerPool, metrics),
+    sentPauses: createSentPauses(workerPool, metrics),
   };
   const idempotencyKeys = createIdempotencyKeys(requestPool, metrics);
 
@@ -104,7 +107,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     'spend-management breaker',
     createBreaker(
       'spend_management',
-      (ids: readonly string[]) => spend.pauseSpendingPeriods(ids),
+      (ids: readonly string[], callKey: string) => spend.pauseSpendingPeriods(ids, callKey),
       { ...config.breaker, operation: 'pause_spending_periods' },
       metrics,
     ),
@@ -122,14 +125,18 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   );
   // One bound on spend-management calls in flight for the whole replica, requests and worker,
   // shared fairly between networks (the worker's calls take what requests leave free).
-  const spendCapacity = new SpendScheduler(config.pipeline.spendManagementMaxConcurrency, maxQueuedCallsPerNetwork);
+  const spendCapacity = new SpendScheduler(
+    config.pipeline.spendManagementMaxConcurrency,
+    maxQueuedCallsPerNetwork,
+    config.pipeline.workerCallMaxWaitMs,
+  );
 
   const runner = new DisableRunner(
     {
       // The claim is checked inside the slot: a batch that waited for capacity while an enable
       // answered, or while another replica took the disable over, is never sent.
-      pauseSpending: (ids, mayStart, owner) =>
-        spendCapacity.run(owner, async () => ((await mayStart()) ? spendBreaker.fire(ids) : undefined)),
+      pauseSpending: (batch, mayStart, owner) =>
+        spendCapacity.run(owner, async () => ((await mayStart()) ? spendBreaker.fire(batch.campaignIds, batch.callKey) : undefined)),
       markPausedInStore: (ids) => redisBreaker.fire(ids),
     },
     {
@@ -139,21 +146,25 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
       backoff: { baseMs: config.worker.backoffBaseMs, maxMs: config.worker.backoffMaxMs },
       batchBudgetMs: config.spendManagementTimeoutMs + config.redisCommandTimeoutMs + config.databaseStatementTimeoutMs,
       flagRetryMs: 200,
+      claimCheckMaxAgeMs: config.worker.claimCheckMaxAgeMs,
       owner,
     },
     metrics,
   );
   // Released after the runs are over: claims still held go back to the queue at once.
   resources.own('claims', owner, (name) =>
-    workerStores.queue.releaseOwned(name).then((count) => {
-      if (count > 0) logger.info({ count }, 'released pending disables for another replica');
+    workerStores.queue.releaseOwned(name).then((released) => {
+      if (released.disables > 0) logger.info({ count: released.disables }, 'released pending disables for another replica');
+      if (released.campaigns > 0) logger.info({ count: released.campaigns }, 'released unsettled campaigns for another replica');
     }),
   );
   const useCase = createAgentStatusUseCase({
     agents,
     queue,
+    sentPauses,
     runner,
     disablesInFlightPerNetwork: config.limits.disablesInFlightPerNetwork,
+    supersedeFenceMs: config.worker.claimCheckMaxAgeMs,
     readAhead: readAheadSize({ batchSize: maxBatchSize, batchesInFlight: config.pipeline.batchesInFlight }),
   });
   const worker = createConvergenceWorker({

@@ -118,6 +118,34 @@ export function createConvergenceWorker(deps: {
     if (purged > 0) log.info({ count: purged }, 'expired idempotency keys deleted');
   }
 
+  /** Claims per settling round of the write-ahead record, and rounds per poll at most. */
+  const recordedClaimSize = 500;
+  const recordedRoundsPerPoll = 10;
+  let settlingRecorded: Promise<void> | undefined;
+
+  /**
+   * Settles the write-ahead record's due rows (calls whose run could not settle them), claimed a
+   * few hundred at a time with a lease; one settling at a time per replica, beside the runs.
+   */
+  function settleRecorded(): void {
+    if (settlingRecorded || stopped) return;
+    settlingRecorded = (async () => {
+      for (let round = 0; round < recordedRoundsPerPoll && !stopped; round += 1) {
+        const claim = await stores.sentPauses.claimDue(deps.owner, settings.leaseMs, recordedClaimSize);
+        if (!claim) break;
+        const settled = await runner.settleRecorded(claim, stores);
+        metrics.unsettledCampaignsSettled.inc(settled);
+        if (settled > 0) log.info({ count: settled }, 'unsettled campaigns settled');
+      }
+    })()
+      .catch((error: unknown) => {
+        log.warn({ reason: (error as Error).message }, 'could not settle recorded pause calls; trying again');
+      })
+      .finally(() => {
+        settlingRecorded = undefined;
+      });
+  }
+
   async function poll(): Promise<void> {
     try {
       await purgeExpiredKeys().catch((error: unknown) => {
@@ -126,6 +154,9 @@ export function createConvergenceWorker(deps: {
       const stats = await queue.pendingStats();
       metrics.pendingDisables.set(stats.count);
       metrics.pendingDisablesOldestAge.set(stats.oldestAgeSeconds);
+      metrics.unsettledCampaigns.set(stats.unsettled.count);
+      metrics.unsettledCampaignsOldestAge.set(stats.unsettled.oldestAgeSeconds);
+      if (stats.unsettled.count > 0) settleRecorded();
       const free = settings.concurrency - running.size;
       if (stopped || free <= 0 || stats.count === 0) return;
       for (const claim of await queue.claimDue(deps.owner, settings.leaseMs, free)) {
@@ -164,6 +195,11 @@ export function createConvergenceWorker(deps: {
       stopped = true;
       clearTimeout(timer);
       await polling;
+      await settlingRecorded;
+    },
+    /** Resolves when the settling of recorded calls under way, if any, has ended (tests). */
+    async settled(): Promise<void> {
+      await settlingRecorded;
     },
     /** Resolves when every attempt this worker started has ended. */
     async drained(): Promise<void> {

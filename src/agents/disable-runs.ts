@@ -1,7 +1,10 @@
+import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import { DependencyError } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { AgentRepository, Lease } from '../stores/database.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
+import type { RecordedCall, RecordedClaim, SentBatch, SentPauses } from '../stores/sent-pauses.js';
 import type { CallOwner } from './spend-scheduler.js';
 
 /** The spend-management API takes 1 to 100 ids a call (docs/interfaces.md §6). */
@@ -13,20 +16,18 @@ const marksPerNetwork = 2;
 /** The stores a run pauses campaigns in, each behind its breaker; both resolve with what they confirmed. */
 export interface PausePorts {
   /**
-   * Waits for a spend-management slot, then asks `mayStart` (the claim check) inside it, and only
-   * when that says yes sends the call. undefined: the call was not sent.
+   * Waits for a spend-management slot, then asks `mayStart` (the claim check, which records the
+   * call in the write-ahead record) inside it, and only when that says yes sends the call with the
+   * batch's idempotency key. undefined: the call was not sent.
    */
-  pauseSpending: (
-    campaignIds: readonly string[],
-    mayStart: () => Promise<boolean>,
-    owner: CallOwner,
-  ) => Promise<{ confirmed: string[] } | undefined>;
+  pauseSpending: (batch: SentBatch, mayStart: () => Promise<boolean>, owner: CallOwner) => Promise<{ confirmed: string[] } | undefined>;
   markPausedInStore: (campaignIds: readonly string[]) => Promise<{ confirmed: string[] }>;
 }
 
 export interface RunStores {
   agents: AgentRepository;
   queue: DisableQueue;
+  sentPauses: SentPauses;
 }
 
 export interface RunSettings {
@@ -41,6 +42,11 @@ export interface RunSettings {
   owner: string;
   /** How often a run looks again at an agent row another transaction holds. */
   flagRetryMs?: number;
+  /**
+   * The oldest claim-check answer a call may start on, from when the check was sent: an enable that
+   * supersedes a live claim answers no earlier than this after its commit (docs/interfaces.md §9).
+   */
+  claimCheckMaxAgeMs: number;
 }
 
 type NotConfirmedBy = 'spend_management' | 'redis' | 'postgres';
@@ -104,20 +110,22 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  *    run sets it first, fenced by its claim, as soon as the row is free.
  * 2. Batches are read ahead (up to `batchesInFlight`), then each waits for a spend-management slot
  *    (the replica's fair scheduler, src/agents/spend-scheduler.ts); inside the slot, right before
- *    the call, the claim is checked and the lease renewed in one statement. A batch whose claim is
- *    gone (an enable answered, or another replica took over) or whose stop time has come is not
- *    sent.
+ *    the call, one statement checks the claim (renewing the lease when a third of it is gone) and,
+ *    only when it holds, records the call in the write-ahead record (sent_pauses). A batch whose
+ *    claim is gone (an enable answered, or another replica took over), whose check answered later
+ *    than `claimCheckMaxAgeMs` after it was sent, or whose stop time has come is not sent.
  * 3. Per batch the order is spend management, then Redis, then the database (the commit point), so
  *    a campaign paused in the database is paused everywhere at every moment. The database statement
  *    (one in flight per run, marking every batch confirmed meanwhile) renews the lease too: only
- *    progress keeps a claim.
- * 4. A batch spend management confirmed is completed in Redis and the database even when the run
- *    lost its claim meanwhile: what a lost run could not settle is retried here in the background
- *    until the three stores agree (a run that keeps its claim leaves it to its next attempt).
+ *    progress keeps a claim. It also deletes the batch's record.
+ * 4. What a run sent is settled whatever becomes of the run: a batch that spend management
+ *    confirmed and that the run could not settle (Redis or the database failed, the claim was lost)
+ *    is handed to the worker of any replica through its record, at once; a call whose outcome the
+ *    run never learnt (it failed or the process died) is found by its record once the record's
+ *    lease runs out, and sent again with the same idempotency key (settleRecorded).
  */
 export class DisableRunner {
   private readonly runs = new Map<string, ActiveRun>();
-  private readonly settling = new Set<Promise<void>>();
   private stopAllAt = Number.POSITIVE_INFINITY;
   private readonly shutdown = new AbortController();
   /** Batch statements (marks) in flight by network: at most `marksPerNetwork` each. */
@@ -178,7 +186,7 @@ export class DisableRunner {
 
   private async execute(request: RunRequest): Promise<RunEnd> {
     const { agentId, claimToken, partnerName } = request;
-    const { agents, queue } = request.stores;
+    const { agents, queue, sentPauses } = request.stores;
     const { batchSize, batchesInFlight, leaseMs } = this.settings;
     const lease = this.lease(claimToken);
     let paused = 0;
@@ -187,7 +195,7 @@ export class DisableRunner {
     let lostClaim = false;
     let stopped: 'deadline' | 'shutdown' | 'agent_locked' | undefined;
     let finishedByMark = false;
-    /** Confirmed by spend management, not yet marked in the database. */
+    /** Confirmed by spend management, not yet marked in the database (their record says so too). */
     const unsettled = new Set<string>();
 
     const notConfirmedBy = (dependency: NotConfirmedBy, count: number) => {
@@ -223,54 +231,68 @@ export class DisableRunner {
       }
     }
 
-    // 2. The claim check, inside the spend-management slot. Calls that get their slots while a
-    // check is under way wait for the next one, started after they asked: every call is covered by
-    // a check begun once its slot was granted, and one run never has more than one check in flight.
+    // 2. The claim check, inside the spend-management slot. It records the calls it allows in the
+    // write-ahead record (sent_pauses) in the same statement. Calls that get their slots while a
+    // check is under way wait for the next one, started after they asked, which records them all:
+    // every call is covered by a check begun once its slot was granted, and one run never has more
+    // than one check in flight. Local durations are measured on the monotonic clock.
     // When the lease was set or renewed (the claiming statement set it just before the run).
-    let renewedAt = Date.now();
-    const renewOnce = async (): Promise<boolean> => {
-      const sentAt = Date.now();
-      // A fresh lease is only checked (a read: no commit to wait for); one a third gone is renewed.
+    let renewedAt = performance.now();
+    type CheckAnswer = { held: boolean; sentAt: number };
+    const checkOnce = async (batches: SentBatch[]): Promise<CheckAnswer> => {
+      const sentAt = performance.now();
+      // A fresh lease is only checked; one a third gone is renewed too.
       const renew = sentAt - renewedAt > leaseMs / 3;
-      let held: boolean;
       try {
-        held = renew ? await queue.renew(agentId, lease) : await queue.isHeld(agentId, claimToken);
+        const held = await queue.checkClaim(agentId, lease, renew, batches);
         if (held && renew) renewedAt = sentAt;
+        if (!held) lostClaim = true;
+        return { held, sentAt };
       } catch (error) {
         failure ??= toDependencyError(error);
-        return false;
+        return { held: false, sentAt };
       }
-      if (!held) lostClaim = true;
-      // An answer that came back late renewed a lease that is partly gone already: no call on it.
-      else if (Date.now() - sentAt > leaseMs / 3) {
-        failure ??= new DependencyError('postgres', 'timeout', 'renew_lease: answered too late to start a call');
-        return false;
-      }
-      return held;
     };
-    let checking: Promise<boolean> | undefined;
-    let nextCheck: Promise<boolean> | undefined;
-    const check = (): Promise<boolean> => {
-      if (!checking) {
-        checking = renewOnce().finally(() => {
-          checking = undefined;
-        });
-        return checking;
-      }
-      nextCheck ??= checking.then(() => {
-        nextCheck = undefined;
-        return check();
+    let checking: Promise<CheckAnswer> | undefined;
+    let queued: { batches: SentBatch[]; answer: Promise<CheckAnswer> } | undefined;
+    const startCheck = (batches: SentBatch[]): Promise<CheckAnswer> => {
+      const current: Promise<CheckAnswer> = checkOnce(batches).finally(() => {
+        if (checking === current) checking = undefined;
       });
-      return nextCheck;
+      checking = current;
+      return current;
     };
-    const mayStart = async (): Promise<boolean> => {
+    const check = (batch: SentBatch): Promise<CheckAnswer> => {
+      if (!checking) return startCheck([batch]);
+      if (!queued) {
+        const batches: SentBatch[] = [];
+        const answer = checking.then(() => {
+          queued = undefined;
+          return startCheck(batches);
+        });
+        queued = { batches, answer };
+      }
+      queued.batches.push(batch);
+      return queued.answer;
+    };
+    /** Whether the batch's call may start now; `recorded` is set once its check has recorded it. */
+    const mayStart = async (batch: SentBatch, recorded: { value: boolean }): Promise<boolean> => {
       if (lostClaim || failure) return false;
       const stop = this.stopReason(request.stopAt);
       if (stop) {
         stopped ??= stop;
         return false;
       }
-      return (await check()) && !lostClaim && !failure;
+      const answer = await check(batch);
+      recorded.value = answer.held;
+      if (!answer.held || lostClaim || failure) return false;
+      // An answer older than the bound is not trusted: an enable may have answered since its
+      // snapshot (it waits that long after its commit before answering).
+      if (performance.now() - answer.sentAt > this.settings.claimCheckMaxAgeMs) {
+        failure ??= new DependencyError('postgres', 'timeout', 'check_claim: answered too late to start a call');
+        return false;
+      }
+      return true;
     };
 
     // 3. The database marks, one statement in flight per run: batches confirmed meanwhile are
@@ -291,7 +313,7 @@ export class DisableRunner {
       try {
         const ids = group.flatMap((waiter) => waiter.ids);
         // The finishing statement deletes the row only when nothing else is left, whoever asked.
-        const sentAt = Date.now();
+        const sentAt = performance.now();
         const marked = await this.withMarkSlot(request.networkId, () =>
           agents.markPaused(
             agentId,
@@ -321,9 +343,27 @@ export class DisableRunner {
     const owner: CallOwner = { networkId: request.networkId, agentId, background: request.background === true };
 
     const processBatch = async (ids: string[], last: boolean) => {
-      const spend = await this.ports.pauseSpending(ids, mayStart, owner);
-      if (!spend) return; // not sent
-      if (spend.confirmed.length < ids.length) notConfirmedBy('spend_management', ids.length - spend.confirmed.length);
+      const batch: SentBatch = { campaignIds: ids, callKey: randomUUID() };
+      const recorded = { value: false };
+      let spend: { confirmed: string[] } | undefined;
+      try {
+        spend = await this.ports.pauseSpending(batch, () => mayStart(batch, recorded), owner);
+      } catch (error) {
+        // The call's outcome is not known (a time-out may have paused): its record stays, in doubt,
+        // for the worker to send again with the same key once the lease runs out.
+        failure ??= toDependencyError(error);
+        return;
+      }
+      if (!spend) {
+        // Recorded, then not sent after all (a late answer, a stop): no longer in doubt.
+        if (recorded.value) await sentPauses.forget(batch).catch(() => undefined);
+        return;
+      }
+      if (spend.confirmed.length < ids.length) {
+        notConfirmedBy('spend_management', ids.length - spend.confirmed.length);
+        const left = new Set(spend.confirmed);
+        await sentPauses.forget({ campaignIds: ids.filter((id) => !left.has(id)), callKey: batch.callKey }).catch(() => undefined);
+      }
       if (spend.confirmed.length === 0) return;
       for (const id of spend.confirmed) unsettled.add(id);
       const stored = await this.ports.markPausedInStore(spend.confirmed);
@@ -431,10 +471,10 @@ export class DisableRunner {
         .catch(() => true);
       if (!held) lostClaim = true;
     }
-    if (lostClaim) {
-      if (unsettled.size > 0) this.settleLater(agentId, partnerName, [...unsettled], agents);
-      return { kind: 'lost_claim', paused };
-    }
+    // Paused in spend management, not yet everywhere: the write-ahead record has them; handed to
+    // the worker of any replica at once (if this write fails, their lease runs out all the same).
+    if (unsettled.size > 0) await sentPauses.handOver([...unsettled]).catch(() => undefined);
+    if (lostClaim) return { kind: 'lost_claim', paused };
     const remaining = await agents.remainingCampaigns(agentId).catch(() => undefined);
     return { kind: 'incomplete', paused, remaining, cause };
   }
@@ -474,38 +514,43 @@ export class DisableRunner {
   }
 
   /**
-   * Completes, in Redis and then the database, campaigns that spend management paused for a run
-   * that lost its claim before it could: nothing else would (the pending row is gone or another
-   * run's). Retried with a capped backoff until done or until the replica shuts down.
+   * Settles recorded pause calls that nobody settles (claimed by the worker from the write-ahead
+   * record): a call whose outcome is in doubt is sent again with its own idempotency key (the same
+   * call, completed: not a new one, so an enable does not stop it), then what spend management
+   * confirmed is paused in Redis and marked in the database, which deletes its record. What is
+   * left is given back with a backoff. Resolves with the campaigns settled.
    */
-  private settleLater(agentId: string, partnerName: string, campaignIds: string[], agents: AgentRepository): void {
-    const lease = this.lease('00000000-0000-0000-0000-000000000000');
-    const task = (async () => {
-      let left = campaignIds;
-      for (let attempt = 0; left.length > 0 && !this.shutdown.signal.aborted; attempt += 1) {
-        try {
-          const stored = await this.ports.markPausedInStore(left);
-          if (stored.confirmed.length > 0) {
-            const marked = await agents.markPaused(agentId, stored.confirmed, lease, false);
-            this.count(partnerName, marked.moved, {});
-            const done = new Set(stored.confirmed.filter((id) => !marked.skipped.includes(id)));
-            left = left.filter((id) => !done.has(id));
-          }
-        } catch {
-          // The dependency's failure is counted where it happened; try again after the backoff.
-        }
-        if (left.length === 0) break;
-        const wait = Math.min(this.settings.backoff.maxMs, this.settings.backoff.baseMs * 2 ** Math.min(attempt, 20));
-        await sleep(wait * (0.5 + Math.random() / 2));
+  async settleRecorded(claim: RecordedClaim, stores: Pick<RunStores, 'agents' | 'sentPauses'>): Promise<number> {
+    const nil = this.lease('00000000-0000-0000-0000-000000000000');
+    const confirmedSoFar: string[] = [];
+    let lastError: string | null = null;
+    const settleCall = async (call: RecordedCall): Promise<number> => {
+      let confirmed = call.confirmed;
+      if (call.inDoubt.length > 0) {
+        const owner: CallOwner = { networkId: '', agentId: call.agentId, background: true };
+        const again = await this.ports.pauseSpending({ campaignIds: call.inDoubt, callKey: call.callKey }, async () => true, owner);
+        const paused = new Set(again?.confirmed ?? []);
+        const left = call.inDoubt.filter((id) => !paused.has(id));
+        if (left.length > 0) await stores.sentPauses.forget({ campaignIds: left, callKey: call.callKey });
+        confirmed = [...confirmed, ...call.inDoubt.filter((id) => paused.has(id))];
       }
-    })();
-    this.settling.add(task);
-    void task.finally(() => this.settling.delete(task));
-  }
-
-  /** Resolves once nothing is being settled in the background (tests). */
-  async settled(): Promise<void> {
-    while (this.settling.size > 0) await Promise.allSettled([...this.settling]);
+      confirmedSoFar.push(...confirmed);
+      if (confirmed.length === 0) return 0;
+      const stored = await this.ports.markPausedInStore(confirmed);
+      if (stored.confirmed.length === 0) return 0;
+      const marked = await stores.agents.markPaused(call.agentId, stored.confirmed, nil, false);
+      this.count(call.partnerName, marked.moved, {});
+      return stored.confirmed.length - marked.skipped.length;
+    };
+    const results = await Promise.allSettled(claim.calls.map(settleCall));
+    let settled = 0;
+    for (const result of results) {
+      if (result.status === 'fulfilled') settled += result.value;
+      else lastError = toDependencyError(result.reason).summary;
+    }
+    // Rows still there (refused by Redis, a locked row, a failure) wait for their backoff.
+    await stores.sentPauses.release(claim.claimToken, confirmedSoFar, this.settings.backoff, lastError);
+    return settled;
   }
 }
 

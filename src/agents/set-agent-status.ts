@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api';
 import { DependencyError } from '../observability/dependency-calls.js';
 import type { AgentRepository, AgentStatusView, ChangeConditions, StatusChangeRow } from '../stores/database.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
-import type { DisableRunner, RunCause, RunEnd } from './disable-runs.js';
+import type { SentPauses } from '../stores/sent-pauses.js';
+import type { DisableRunner, RunCause, RunEnd, RunStores } from './disable-runs.js';
 
 /** The agent does not exist in the partner's network (whether or not it exists in another one). */
 export class AgentNotInNetwork extends Error {
@@ -92,8 +94,11 @@ export type AgentStatusRead = AgentStatusView & { latestChangeId: string };
 export interface AgentStatusDeps {
   agents: AgentRepository;
   queue: DisableQueue;
+  sentPauses: SentPauses;
   runner: DisableRunner;
   disablesInFlightPerNetwork: number;
+  /** How long an enable that superseded a disable waits after its commit before it answers (claimCheckMaxAgeMs). */
+  supersedeFenceMs: number;
   /** Campaigns one read fetches (readAheadSize): the recording statement reads one more. */
   readAhead: number;
   /** How often a request that waits for another replica's run looks again. */
@@ -103,6 +108,12 @@ export interface AgentStatusDeps {
 }
 
 const tracer = trace.getTracer('partner-agent-status');
+
+/** Waits until `until` on the monotonic clock, but never past the request's epoch deadline. */
+function sleepUntil(until: number, deadline: number): Promise<void> {
+  const ms = Math.min(until - performance.now(), deadline - Date.now());
+  return ms > 0 ? new Promise((resolve) => setTimeout(resolve, ms)) : Promise.resolve();
+}
 
 /**
  * Enables or disables one agent of the partner's network (specification sections 3 and 4;
@@ -114,7 +125,7 @@ const tracer = trace.getTracer('partner-agent-status');
  */
 export function createAgentStatusUseCase(deps: AgentStatusDeps) {
   const { agents, queue, runner } = deps;
-  const stores = { agents, queue };
+  const stores: RunStores = { agents, queue, sentPauses: deps.sentPauses };
   const waitPollMs = deps.waitPollMs ?? 200;
   /** How often a disable waiting to answer 202 looks at its progress. */
   const acceptPollMs = 100;
@@ -298,9 +309,13 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
   async function disableSteps(command: SetAgentStatusCommand, progress: Progress): Promise<number> {
     const { networkId, agentId } = command;
     if (command.madeAs !== undefined) {
-      // Recorded by an earlier holder of the idempotency key: only what a repeat does is left.
-      progress.unpausedAtStart = await agents.remainingCampaigns(agentId);
-      progress.flagged = true;
+      // Recorded by an earlier holder of the idempotency key: only what a repeat does is left. The
+      // flag is read, never assumed: that holder may have died before it could set it (an agent
+      // row held by another transaction), and then a 202 waits until a run here sets it.
+      const status = await agents.readStatus(networkId, agentId);
+      if (!status) throw new AgentNotInNetwork();
+      progress.unpausedAtStart = status.activeUnpausedCampaignCount;
+      progress.flagged = !status.enabled;
       progress.changed?.();
       return await waitForOtherRuns(command, command.madeAs, progress);
     }
@@ -391,6 +406,11 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
             const done = await agents.enable(networkId, agentId, author, command.conditions);
             if (done === 'precondition_failed') throw new PreconditionFailed();
             if (!done) throw new AgentNotInNetwork();
+            // The enable's fence (docs/interfaces.md §9): a run of the disable it superseded may
+            // have had its claim check answered just before this commit; no call starts on an
+            // answer older than claimCheckMaxAgeMs, so once that much has passed since the commit
+            // no call of that run can start any more, and only then does the enable answer.
+            if (done.supersededDisable) await sleepUntil(performance.now() + deps.supersedeFenceMs, command.deadline);
           }
         } else {
           const result = await disable(command);

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import { DependencyError } from '../observability/dependency-calls.js';
 
 /** Who a spend-management call is for: a request's run (its network and agent) or the worker's. */
@@ -72,9 +73,11 @@ class Turns<L extends Lane<S>, S> implements Lane<S> {
  * `capacity` calls in flight. When a slot frees it goes, round robin, to the next network with a
  * request's call waiting, and within that network round robin to the next agent: one network's
  * disables slow another's by at most its fair share, and one big disable does not hold back a small
- * one of the same network. The worker's calls wait in a queue of their own, served only when no
- * request's call waits. A disable alone in the replica gets every slot and gives them back, one by
- * one, as others arrive. Each network's queue is bounded (`maxQueuedPerNetwork`): past that a call
+ * one of the same network. The worker's calls wait in a queue of their own, served when no
+ * request's call waits, or as soon as the oldest of them has waited `backgroundMaxWaitMs`: then it
+ * goes first, so requests that never stop coming cannot hold a pending disable back for ever (the
+ * worker's runs get at most one slot in turn that way, and only while they are starved). A disable
+ * alone in the replica gets every slot and gives them back, one by one, as others arrive. Each network's queue is bounded (`maxQueuedPerNetwork`): past that a call
  * fails at once as `spend_management:busy`, without reaching the dependency or its breaker.
  */
 export class SpendScheduler {
@@ -82,10 +85,14 @@ export class SpendScheduler {
   /** Requests' calls: networks in turn, then agents in turn within a network. */
   private readonly requests = new Turns<Turns<Fifo<Start>, Start>, Start>();
   private readonly background = new Turns<Fifo<Start>, Start>();
+  /** When each waiting worker's call started waiting (monotonic ms), oldest first. */
+  private readonly backgroundSince: number[] = [];
 
   constructor(
     private readonly capacity: number,
     private readonly maxQueuedPerNetwork: number,
+    private readonly backgroundMaxWaitMs = Number.POSITIVE_INFINITY,
+    private readonly now: () => number = () => performance.now(),
   ) {}
 
   get inFlight(): number {
@@ -106,6 +113,7 @@ export class SpendScheduler {
       };
       if (owner.background) {
         this.background.lane(owner.agentId, () => new Fifo()).push(start);
+        this.backgroundSince.push(this.now());
       } else {
         const agents = this.requests.lane(owner.networkId, () => new Turns());
         if (agents.size >= this.maxQueuedPerNetwork) {
@@ -120,9 +128,17 @@ export class SpendScheduler {
 
   private dispatch(): void {
     while (this.active < this.capacity) {
-      const next = this.requests.take() ?? this.background.take();
+      const starved = this.backgroundSince.length > 0 && this.now() - this.backgroundSince[0]! >= this.backgroundMaxWaitMs;
+      const next = (starved ? undefined : this.requests.take()) ?? this.takeBackground() ?? this.requests.take();
       if (!next) return;
       next();
     }
+  }
+
+  private takeBackground(): Start | undefined {
+    const next = this.background.take();
+    // The worker's lanes are served in turn, not in arrival order: the oldest wait stands for them all.
+    if (next) this.backgroundSince.shift();
+    return next;
   }
 }

@@ -150,6 +150,21 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       help: "Age of the oldest unfinished disable (since it was first requested), 0 when none; as last read by this replica's worker.",
       registers: [registry],
     }),
+    unsettledCampaigns: new Gauge({
+      name: 'unsettled_campaigns',
+      help: "Campaigns sent to spend management whose pause is not yet settled in Redis and the database (rows of the write-ahead record sent_pauses, calls in flight included), as last read by this replica's worker.",
+      registers: [registry],
+    }),
+    unsettledCampaignsOldestAge: new Gauge({
+      name: 'unsettled_campaigns_oldest_age_seconds',
+      help: "Age of the oldest unsettled campaign's record (since its call was recorded), 0 when none; as last read by this replica's worker.",
+      registers: [registry],
+    }),
+    unsettledCampaignsSettled: new Counter({
+      name: 'unsettled_campaigns_settled_total',
+      help: "Campaigns of the write-ahead record that this replica's worker settled (paused in Redis and marked in the database) for a run that could not.",
+      registers: [registry],
+    }),
     workerAttempts: new Counter({
       name: 'disable_worker_attempts_total',
       help: 'Convergence worker runs of pending disables, by outcome (completed, incomplete, failed, superseded, stopped).',
@@ -227,6 +242,9 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   metrics.logLinesSuppressed.inc({ reason: 'auth_failure' }, 0);
   metrics.pendingDisables.set(0);
   metrics.pendingDisablesOldestAge.set(0);
+  metrics.unsettledCampaigns.set(0);
+  metrics.unsettledCampaignsOldestAge.set(0);
+  metrics.unsettledCampaignsSettled.inc(0);
   for (const breaker of ['spend_management', 'redis']) {
     for (const event of ['success', 'failure', 'timeout', 'reject', 'open', 'half_open', 'close']) {
       metrics.breakerEvents.inc({ breaker, event }, 0);

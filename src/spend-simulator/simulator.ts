@@ -11,6 +11,8 @@ export type SimulatorMode = 'ok' | 'fail' | 'hang' | 'slow';
 export interface SimulatorRequest {
   campaignIds: string[];
   idempotencyKey: string;
+  /** A key answered before: the first answer was given again, and nothing was paused anew. */
+  replay: boolean;
   traceparent: string | undefined;
   /** The W3C baggage header, when a caller forwards one (the service must not). */
   baggage: string | undefined;
@@ -55,6 +57,11 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
   let failAfter = 0;
   /** Campaigns the simulator leaves out of `paused` (an answer about single campaigns). */
   const refused = new Set<string>();
+  /**
+   * The answers given, by idempotency key (the newest `keep × 100`): a call sent again with its key
+   * gets its first answer again and pauses nothing anew, as the IETF Idempotency-Key draft has it.
+   */
+  const answered = new Map<string, string[]>();
 
   app.post('/v1/spending-periods/pause', { schema: { body: PauseBody } }, async (request, reply) => {
     if (options.token && request.headers.authorization !== `Bearer ${options.token}`) {
@@ -65,9 +72,11 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
       return reply.code(400).send({ error: 'idempotency-key header is required' });
     }
     const { traceparent, baggage } = request.headers;
+    const earlier = answered.get(idempotencyKey);
     requests.push({
       campaignIds: request.body.campaignIds,
       idempotencyKey,
+      replay: earlier !== undefined,
       traceparent: typeof traceparent === 'string' ? traceparent : undefined,
       baggage: typeof baggage === 'string' ? baggage : undefined,
       at: new Date().toISOString(),
@@ -78,8 +87,11 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     else if (mode === 'fail') return reply.code(failStatus).send({ error: 'simulated failure' });
     if (mode === 'hang') return new Promise<never>(() => undefined); // ends when the server closes
     if (mode === 'slow') await new Promise((resolve) => setTimeout(resolve, delayMs));
+    if (earlier) return { paused: earlier };
     const accepted = request.body.campaignIds.filter((id) => !refused.has(id));
     for (const id of accepted) paused.add(id);
+    answered.set(idempotencyKey, accepted);
+    if (answered.size > keep * 100) answered.delete(answered.keys().next().value!);
     return { paused: accepted };
   });
 
@@ -123,6 +135,7 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
   app.post('/_simulator/reset', async () => {
     paused.clear();
     refused.clear();
+    answered.clear();
     requests = [];
     mode = 'ok';
     delayMs = 1_000;

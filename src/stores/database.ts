@@ -89,6 +89,7 @@ export function postgresCall(metrics: Metrics) {
 }
 
 const oneRow = z.object({ one: z.number() });
+const enableRow = z.object({ superseded: z.boolean() });
 const markRow = z.object({ n: z.number(), skipped: z.array(z.string()), finished: z.boolean() });
 const disableRow = z.object({
   change_id: z.string(),
@@ -184,10 +185,16 @@ export interface StatusChangeRow {
  */
 export interface AgentRepository {
   /**
-   * agent_approved = true, the pending disable deleted, a change row appended; false: not in the
+   * agent_approved = true, the pending disable deleted, a change row appended (`supersededDisable`:
+   * a pending disable was deleted, whose run may still be about to start a call); false: not in the
    * network; 'precondition_failed': `conditions.ifMatch` did not match, nothing changed.
    */
-  enable(networkId: string, agentId: string, author: ChangeAuthor, conditions?: ChangeConditions): Promise<boolean | 'precondition_failed'>;
+  enable(
+    networkId: string,
+    agentId: string,
+    author: ChangeAuthor,
+    conditions?: ChangeConditions,
+  ): Promise<{ supersededDisable: boolean } | false | 'precondition_failed'>;
   /**
    * Records the disable without waiting for any lock: the pending row upserted (claimed for this
    * request unless another live run holds it) and a change row appended; agent_approved = false
@@ -258,7 +265,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
   return {
     enable: (networkId, agentId, author, conditions = {}) =>
       timed('enable_agent', async () => {
-        const statement = sql.prepared('pas_enable_agent', oneRow)`
+        const statement = sql.prepared('pas_enable_agent', enableRow)`
           WITH agent AS (
             UPDATE agents SET agent_approved = true
             WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid
@@ -269,9 +276,11 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
             -- After the change lock (from serial): every statement takes the agent's locks in one
             -- order, agent row, change lock, pending row, so two of them never wait for each other.
             DELETE FROM pending_disables p USING serial WHERE p.agent_id = serial.agent_id
+            RETURNING 1
           ), ${recordChange(true, author, conditions.keyClaim)}
-          SELECT 1 AS one FROM agent`;
-        if (!conditions.ifMatch) return (await pool.maybeOne(statement)) !== null;
+          SELECT EXISTS (SELECT 1 FROM cleared) AS superseded FROM agent`;
+        const made = (row: z.infer<typeof enableRow> | null) => (row ? { supersededDisable: row.superseded } : false);
+        if (!conditions.ifMatch) return made(await pool.maybeOne(statement));
         const ifMatch = conditions.ifMatch;
         return pool.transaction(async (tx) => {
           // The agent row first (an enable may wait for it), then the agent's change lock.
@@ -280,7 +289,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
           if (!agent) return false;
           const verdict = await checkLatest(tx, networkId, agentId, ifMatch);
           if (verdict !== 'match') return verdict === 'absent' ? false : 'precondition_failed';
-          return (await tx.maybeOne(statement)) !== null;
+          return made(await tx.maybeOne(statement));
         });
       }),
 
@@ -435,13 +444,21 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
             UPDATE pending_disables p SET next_attempt_at = now() + ${seconds(claim.leaseMs)}
             WHERE p.agent_id = ${agentId} AND p.claim_token = ${claim.claimToken}::uuid
               AND (SELECT left_over FROM unfinished)
+          ), skipped AS (
+            -- Looked up only for the ids the lock left out (none, almost always).
+            SELECT c.campaign_id FROM campaigns c
+            WHERE c.campaign_id = ANY(ARRAY(
+                    SELECT unnest(${sql.array(campaignIds, 'uuid')}) EXCEPT SELECT campaign_id FROM lockable))
+              AND NOT c.paused
+          ), settled AS (
+            -- The write-ahead record of these campaigns' calls: settled now in all three stores
+            -- (paused here by this statement or before it), except those a lock left out.
+            DELETE FROM sent_pauses s
+            WHERE s.campaign_id = ANY(${sql.array(campaignIds, 'uuid')})
+              AND s.campaign_id NOT IN (SELECT campaign_id FROM skipped)
           )
           SELECT (SELECT count(*) FROM moved)::int AS n,
-                 -- Looked up only for the ids the lock left out (none, almost always).
-                 ARRAY(SELECT c.campaign_id::text FROM campaigns c
-                   WHERE c.campaign_id = ANY(ARRAY(
-                           SELECT unnest(${sql.array(campaignIds, 'uuid')}) EXCEPT SELECT campaign_id FROM lockable))
-                     AND NOT c.paused) AS skipped,
+                 ARRAY(SELECT campaign_id::text FROM skipped) AS skipped,
                  EXISTS (SELECT 1 FROM finished) AS finished`);
         return { moved: row.n, skipped: row.skipped, finished: row.finished };
       }),

@@ -2,6 +2,7 @@ import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
 import { type Lease, postgresCall, seconds } from './database.js';
+import type { SentBatch } from './sent-pauses.js';
 
 const heldRow = z.object({ held: z.boolean() });
 const flagRow = z.object({ held: z.boolean(), flagged: z.boolean() });
@@ -14,9 +15,14 @@ const claimRow = z.object({
   trace_parent: z.string().nullable(),
   partner_name: z.string().nullable(),
 });
-const countRow = z.object({ n: z.number() });
+const releasedRow = z.object({ disables: z.number(), campaigns: z.number() });
 const existsRow = z.object({ flag: z.boolean() });
-const statsRow = z.object({ n: z.number(), oldest_age_seconds: z.number() });
+const statsRow = z.object({
+  n: z.number(),
+  oldest_age_seconds: z.number(),
+  unsettled: z.number(),
+  unsettled_oldest_age_seconds: z.number(),
+});
 
 /** A pending disable claimed by the worker. */
 export interface ClaimedDisable {
@@ -40,13 +46,13 @@ export interface ClaimedDisable {
  */
 export interface DisableQueue {
   /**
-   * The check made inside the spend-management slot, right before a pause call: renews the lease
-   * and says whether the claim is still this run's (held and not expired). Fenced on the row
-   * itself, so a concurrent enable or take-over is seen.
+   * The check made inside the spend-management slot, right before pause calls: says whether the
+   * claim is still this run's (held and not expired) and, only when it is, records the calls about
+   * to be sent in the write-ahead record (sent_pauses, docs/interfaces.md §9) in the same statement,
+   * so that no call is ever sent unrecorded. With `renew` it also renews the lease (a lease a third
+   * gone). Fenced on the row itself, so a concurrent enable or take-over is seen.
    */
-  renew(agentId: string, lease: Lease): Promise<boolean>;
-  /** The same check as renew, as a read only (no commit): for a lease renewed a moment ago. */
-  isHeld(agentId: string, claimToken: string): Promise<boolean>;
+  checkClaim(agentId: string, lease: Lease, renew: boolean, sent: readonly SentBatch[]): Promise<boolean>;
   /**
    * Sets agent_approved = false for a recorded disable whose flag is not set yet, without waiting
    * for a lock. held false: the claim is gone (an enable came after it); flagged false: another
@@ -68,9 +74,13 @@ export interface DisableQueue {
   /** Whether an enable of the agent was recorded after the given change. */
   enabledSince(agentId: string, changeId: string): Promise<boolean>;
   claimDue(owner: string, leaseMs: number, limit: number): Promise<ClaimedDisable[]>;
-  /** Releases, at once, every claim this replica still holds (clean shutdown). */
-  releaseOwned(owner: string): Promise<number>;
-  pendingStats(): Promise<{ count: number; oldestAgeSeconds: number }>;
+  /**
+   * Releases, at once, every claim this replica still holds (clean shutdown): pending disables, and
+   * rows of the write-ahead record its worker was settling.
+   */
+  releaseOwned(owner: string): Promise<{ disables: number; campaigns: number }>;
+  /** The worker's figures: pending disables, and campaigns of the write-ahead record not settled yet. */
+  pendingStats(): Promise<{ count: number; oldestAgeSeconds: number; unsettled: { count: number; oldestAgeSeconds: number } }>;
 }
 
 /**
@@ -81,25 +91,30 @@ export interface DisableQueue {
 export function createDisableQueue(pool: DatabasePool, metrics: Metrics, checks: DatabasePool = pool): DisableQueue {
   const timed = postgresCall(metrics);
   return {
-    renew: (agentId, lease) =>
-      timed('renew_lease', async () => {
-        const row = await checks.one(sql.prepared('pas_renew_lease', heldRow)`
-          WITH renewed AS (
-            UPDATE pending_disables SET next_attempt_at = now() + ${seconds(lease.leaseMs)}
-            WHERE agent_id = ${agentId} AND claim_token = ${lease.claimToken}::uuid AND next_attempt_at > now()
+    checkClaim: (agentId, lease, renew, sent) =>
+      timed(renew ? 'renew_lease' : 'check_claim', async () => {
+        const ids = sent.flatMap((batch) => batch.campaignIds);
+        const keys = sent.flatMap((batch) => batch.campaignIds.map(() => batch.callKey));
+        const claim = renew
+          ? sql.fragment`UPDATE pending_disables SET next_attempt_at = now() + ${seconds(lease.leaseMs)}
+              WHERE agent_id = ${agentId} AND claim_token = ${lease.claimToken}::uuid AND next_attempt_at > now()
+              RETURNING 1`
+          : sql.fragment`SELECT 1 FROM pending_disables
+              WHERE agent_id = ${agentId} AND claim_token = ${lease.claimToken}::uuid AND next_attempt_at > now()`;
+        // A campaign recorded already (an earlier call whose pause is not settled yet) takes the new
+        // call's key: the new call settles it as well as the old one would.
+        const row = await checks.one(sql.prepared(renew ? 'pas_renew_lease' : 'pas_check_claim', heldRow)`
+          WITH claim AS (${claim}), recorded AS (
+            INSERT INTO sent_pauses AS s (campaign_id, agent_id, call_key, next_attempt_at)
+            SELECT t.id, ${agentId}, t.call_key, now() + ${seconds(lease.leaseMs)}
+            FROM unnest(${sql.array(ids, 'uuid')}, ${sql.array(keys, 'uuid')}) AS t(id, call_key)
+            WHERE EXISTS (SELECT 1 FROM claim)
+            ON CONFLICT (campaign_id) DO UPDATE
+              SET agent_id = EXCLUDED.agent_id, call_key = EXCLUDED.call_key, sent_at = now(),
+                  next_attempt_at = EXCLUDED.next_attempt_at, claim_token = NULL, lease_owner = NULL
             RETURNING 1
           )
-          SELECT EXISTS (SELECT 1 FROM renewed) AS held`);
-        return row.held;
-      }),
-
-    isHeld: (agentId, claimToken) =>
-      timed('check_claim', async () => {
-        const row = await checks.one(sql.prepared('pas_check_claim', heldRow)`
-          SELECT EXISTS (
-            SELECT 1 FROM pending_disables
-            WHERE agent_id = ${agentId} AND claim_token = ${claimToken}::uuid AND next_attempt_at > now()
-          ) AS held`);
+          SELECT EXISTS (SELECT 1 FROM claim) AS held`);
         return row.held;
       }),
 
@@ -217,23 +232,35 @@ export function createDisableQueue(pool: DatabasePool, metrics: Metrics, checks:
 
     releaseOwned: (owner) =>
       timed('release_owned_disables', async () => {
-        const row = await pool.one(sql.type(countRow)`
-          WITH released AS (
+        const row = await pool.one(sql.type(releasedRow)`
+          WITH disables AS (
             UPDATE pending_disables SET claim_token = NULL, lease_owner = NULL, next_attempt_at = now()
             WHERE lease_owner = ${owner} AND claim_token IS NOT NULL
             RETURNING 1
+          ), campaigns AS (
+            UPDATE sent_pauses SET claim_token = NULL, lease_owner = NULL, next_attempt_at = now()
+            WHERE lease_owner = ${owner} AND claim_token IS NOT NULL
+            RETURNING 1
           )
-          SELECT count(*)::int AS n FROM released`);
-        return row.n;
+          SELECT (SELECT count(*) FROM disables)::int AS disables, (SELECT count(*) FROM campaigns)::int AS campaigns`);
+        return row;
       }),
 
     pendingStats: () =>
       timed('pending_disable_stats', async () => {
         const row = await pool.one(sql.type(statsRow)`
-          SELECT count(*)::int AS n,
-                 coalesce(extract(epoch FROM now() - min(requested_at)), 0)::float8 AS oldest_age_seconds
-          FROM pending_disables`);
-        return { count: row.n, oldestAgeSeconds: row.oldest_age_seconds };
+          SELECT p.n, p.oldest_age_seconds, s.n AS unsettled, s.oldest_age_seconds AS unsettled_oldest_age_seconds
+          FROM (SELECT count(*)::int AS n,
+                       coalesce(extract(epoch FROM now() - min(requested_at)), 0)::float8 AS oldest_age_seconds
+                FROM pending_disables) p,
+               (SELECT count(*)::int AS n,
+                       coalesce(extract(epoch FROM now() - min(sent_at)), 0)::float8 AS oldest_age_seconds
+                FROM sent_pauses) s`);
+        return {
+          count: row.n,
+          oldestAgeSeconds: row.oldest_age_seconds,
+          unsettled: { count: row.unsettled, oldestAgeSeconds: row.unsettled_oldest_age_seconds },
+        };
       }),
   };
 }

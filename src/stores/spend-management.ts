@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Agent } from 'undici';
 import { DependencyError, timedCall } from '../observability/dependency-calls.js';
@@ -10,7 +9,8 @@ export interface SpendManagementClient {
    * management confirmed in `paused`; one it leaves out is an answer about that campaign, not a
    * failure. Any status but 200, a network error or a time-out rejects (a failure of the batch).
    */
-  pauseSpendingPeriods(campaignIds: readonly string[]): Promise<{ confirmed: string[] }>;
+  /** `callKey`: the call's idempotency key; a call sent again (its outcome in doubt) carries the same one. */
+  pauseSpendingPeriods(campaignIds: readonly string[], callKey: string): Promise<{ confirmed: string[] }>;
   /** Closes the kept-alive connections (after the last call). */
   close(): Promise<void>;
 }
@@ -74,7 +74,7 @@ export function createSpendManagementClient(options: SpendManagementOptions): Sp
   }
 
   return {
-    pauseSpendingPeriods: (campaignIds) =>
+    pauseSpendingPeriods: (campaignIds, callKey) =>
       timedCall(
         options.metrics,
         'spend_management',
@@ -84,7 +84,7 @@ export function createSpendManagementClient(options: SpendManagementOptions): Sp
           const response = await request(url, {
             dispatcher,
             method: 'POST',
-            headers: { ...fixedHeaders, 'idempotency-key': randomUUID() },
+            headers: { ...fixedHeaders, 'idempotency-key': callKey },
             body: JSON.stringify({ campaignIds, reason: 'agent-disabled' }),
             signal: AbortSignal.timeout(options.timeoutMs),
           });

@@ -212,8 +212,7 @@ describe('more batches than spend-management slots, and an enable while they wai
       expect(late).toEqual([]);
       const paused = svc.sim.requests().reduce((sum, request) => sum + request.campaignIds.length, 0);
       expect(answer.json().pausedCampaignCount).toBe(paused);
-      await svc.service.runner.settled();
-      expect((await db.pausedIds(agentId)).size).toBe(paused);
+      await until('the batches sent to be marked', async () => (await db.pausedIds(agentId)).size === paused);
       await expectDatabaseImpliesEverywhere(svc, ids);
     } finally {
       svc.sim.setMode('ok');
@@ -229,7 +228,9 @@ describe('a superseded disable whose batch in flight meets a Redis outage', () =
       const svc = await start({ SPEND_MANAGEMENT_TIMEOUT_MS: '3000', REDIS_COMMAND_TIMEOUT_MS: '300' }, proxy.url);
       const agentId = await db.agent(networkId);
       const ids = await db.campaigns(agentId, 50);
-      svc.sim.setMode('slow', { delayMs: 700 });
+      // Slower than the enable's fence (CLAIM_CHECK_MAX_AGE_MS), so that the call is still in flight
+      // when the enable has answered and Redis is cut.
+      svc.sim.setMode('slow', { delayMs: 2_000 });
       const disable = setStatus(svc, agentId, false);
       await until('the pause call', () => svc.sim.requests().length >= 1);
       expect((await setStatus(svc, agentId, true)).statusCode).toBe(200);

@@ -50,7 +50,7 @@ async function schemaSnapshot(): Promise<{ versions: string[]; objects: string[]
   await client.connect();
   try {
     const versions = await client.query<{ version: string }>(
-      'SELECT version::text FROM partner_agent_status_schema_version ORDER BY version',
+      'SELECT v.version::text FROM partner_agent_status_schema_version v ORDER BY v.version',
     );
     const objects = await client.query<{ name: string }>(
       `SELECT c.relkind::text || ':' || c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -127,7 +127,7 @@ describe('migrations on a live database', () => {
       expect(Date.now() - started).toBeLessThan(5_000);
       await client.query('COMMIT');
       const outcome = await migrate(databaseUrl, { lockTimeoutMs: 300, attempts: 3, retryDelayMs: 100 });
-      expect(outcome.applied).toEqual(['007.do.sql', '008.do.sql', '009.do.sql']);
+      expect(outcome.applied).toEqual(['007.do.sql', '008.do.sql', '009.do.sql', '010.do.sql']);
       const invalid = await client.query('SELECT count(*)::int AS n FROM pg_index WHERE NOT indisvalid');
       expect(invalid.rows[0].n).toBe(0);
       const index = await client.query("SELECT 1 FROM pg_indexes WHERE indexname = 'campaigns_agent_unpaused_idx'");

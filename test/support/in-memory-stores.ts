@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { AgentRepository, Lease } from '../../src/stores/database.js';
 import type { DisableQueue } from '../../src/stores/disable-queue.js';
+import type { SentPauses } from '../../src/stores/sent-pauses.js';
 
 interface Campaign {
   agentId: string;
@@ -27,6 +28,8 @@ export function inMemoryStores() {
   const pending = new Map<string, Pending>();
   const changes: Array<{ changeId: number; agentId: string; enabled: boolean }> = [];
   const lockedAgents = new Set<string>();
+  /** The write-ahead record (sent_pauses): campaign → its call. */
+  const recorded = new Map<string, { agentId: string; callKey: string; confirmed: boolean }>();
   const statements: string[] = [];
   const now = () => Date.now();
 
@@ -47,9 +50,9 @@ export function inMemoryStores() {
       const agent = agents.get(agentId);
       if (!agent || agent.networkId !== networkId) return false;
       agent.approved = true;
-      pending.delete(agentId);
+      const supersededDisable = pending.delete(agentId);
       changes.push({ changeId: changes.length + 1, agentId, enabled: true });
-      return true;
+      return { supersededDisable };
     },
     async disable(networkId, agentId, _author, lease, batchSize) {
       statements.push('disable_agent');
@@ -113,6 +116,7 @@ export function inMemoryStores() {
       statements.push('mark_campaigns_paused');
       let moved = 0;
       for (const id of campaignIds) {
+        recorded.delete(id);
         const campaign = campaigns.get(id);
         if (campaign && !campaign.paused) {
           campaign.paused = true;
@@ -135,15 +139,15 @@ export function inMemoryStores() {
   };
 
   const queue: DisableQueue = {
-    async renew(agentId, lease) {
-      statements.push('renew_lease');
+    async checkClaim(agentId, lease, renew, sent) {
+      statements.push(renew ? 'renew_lease' : 'check_claim');
       if (!held(agentId, lease.claimToken)) return false;
-      pending.get(agentId)!.leaseUntil = now() + lease.leaseMs;
+      if (renew) pending.get(agentId)!.leaseUntil = now() + lease.leaseMs;
+      for (const batch of sent) {
+        for (const id of batch.campaignIds)
+          recorded.set(id, { agentId, callKey: batch.callKey, confirmed: recorded.get(id)?.confirmed ?? false });
+      }
       return true;
-    },
-    async isHeld(agentId, claimToken) {
-      statements.push('check_claim');
-      return held(agentId, claimToken);
     },
     async setFlag(agentId, claimToken) {
       statements.push('set_agent_flag');
@@ -178,16 +182,39 @@ export function inMemoryStores() {
       return [];
     },
     async releaseOwned() {
-      return 0;
+      return { disables: 0, campaigns: 0 };
     },
     async pendingStats() {
-      return { count: pending.size, oldestAgeSeconds: 0 };
+      return { count: pending.size, oldestAgeSeconds: 0, unsettled: { count: recorded.size, oldestAgeSeconds: 0 } };
     },
+  };
+
+  // The write-ahead record as a run uses it; the worker's claims are the SQL's business.
+  const sentPauses: SentPauses = {
+    async forget(batch) {
+      for (const id of batch.campaignIds) {
+        const row = recorded.get(id);
+        if (row && row.callKey === batch.callKey && !row.confirmed) recorded.delete(id);
+      }
+    },
+    async handOver(campaignIds) {
+      for (const id of campaignIds) {
+        const row = recorded.get(id);
+        if (row) row.confirmed = true;
+      }
+    },
+    async claimDue() {
+      return undefined;
+    },
+    async release() {},
   };
 
   return {
     agents: repository,
     queue,
+    sentPauses,
+    /** The write-ahead record's rows, by campaign. */
+    recorded,
     /** Every statement run, by name, in order. */
     statements,
     pending,

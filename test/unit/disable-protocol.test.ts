@@ -22,7 +22,7 @@ function protocol(options: { slots?: number; delayMs?: number } = {}) {
   const scheduler = new SpendScheduler(options.slots ?? 16, 1_000);
   const runner = new DisableRunner(
     {
-      pauseSpending: (ids, mayStart, owner) =>
+      pauseSpending: ({ campaignIds: ids }, mayStart, owner) =>
         scheduler.run(owner, async () => {
           if (!(await mayStart())) return undefined;
           calls.push({ ids, at: Date.now() });
@@ -40,14 +40,17 @@ function protocol(options: { slots?: number; delayMs?: number } = {}) {
       batchBudgetMs: 50,
       owner: 'unit',
       flagRetryMs: 10,
+      claimCheckMaxAgeMs: 1_000,
     },
     createMetrics({ collectDefaults: false }),
   );
   const useCase = createAgentStatusUseCase({
     agents: stores.agents,
     queue: stores.queue,
+    sentPauses: stores.sentPauses,
     runner,
     disablesInFlightPerNetwork: 8,
+    supersedeFenceMs: 0,
     readAhead: maxBatchSize * 4,
     waitPollMs: 10,
     answerMarginMs: 100,

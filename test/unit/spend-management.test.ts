@@ -78,7 +78,7 @@ describe('spend-management client', () => {
       response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ paused: [ids[0], ids[2], 'not-asked'] }));
     });
     const { spend } = client(`${url}/base`);
-    expect(await spend.pauseSpendingPeriods(ids)).toEqual({ confirmed: [ids[0], ids[2]] });
+    expect(await spend.pauseSpendingPeriods(ids, randomUUID())).toEqual({ confirmed: [ids[0], ids[2]] });
     expect(seen).toHaveLength(1);
     expect(seen[0]).toMatchObject({ method: 'POST', url: '/base/v1/spending-periods/pause' });
     expect(seen[0]!.headers.authorization).toBe(`Bearer ${token}`);
@@ -90,7 +90,7 @@ describe('spend-management client', () => {
   it('does not follow a redirect (the token goes to the configured origin only): a 3xx is a bad answer', async () => {
     const elsewhere = await serve((_seen, response) => response.writeHead(200).end('{"paused":[]}'));
     const { url } = await serve((_seen, response) => response.writeHead(307, { location: `${elsewhere.url}/steal` }).end());
-    const failure = await failureOf(client(url).spend.pauseSpendingPeriods(ids));
+    const failure = await failureOf(client(url).spend.pauseSpendingPeriods(ids, randomUUID()));
     expect(failure).toMatchObject({ reason: 'bad_response', status: 307 });
     expect(elsewhere.seen).toHaveLength(0);
   });
@@ -99,11 +99,11 @@ describe('spend-management client', () => {
     let status = 401;
     const { url } = await serve((_seen, response) => response.writeHead(status).end('no'));
     const { spend, metrics } = client(url);
-    expect(await failureOf(spend.pauseSpendingPeriods(ids))).toMatchObject({ reason: 'unauthorized', status: 401 });
+    expect(await failureOf(spend.pauseSpendingPeriods(ids, randomUUID()))).toMatchObject({ reason: 'unauthorized', status: 401 });
     status = 403;
-    expect(await failureOf(spend.pauseSpendingPeriods(ids))).toMatchObject({ reason: 'unauthorized', status: 403 });
+    expect(await failureOf(spend.pauseSpendingPeriods(ids, randomUUID()))).toMatchObject({ reason: 'unauthorized', status: 403 });
     status = 503;
-    expect(await failureOf(spend.pauseSpendingPeriods(ids))).toMatchObject({ reason: 'bad_response', status: 503 });
+    expect(await failureOf(spend.pauseSpendingPeriods(ids, randomUUID()))).toMatchObject({ reason: 'bad_response', status: 503 });
     const counted = await metrics.spendManagementAuthFailures.get();
     expect(counted.values.map((value) => [value.labels.status, value.value]).sort()).toEqual([
       ['401', 1],
@@ -115,9 +115,9 @@ describe('spend-management client', () => {
     let body = 'paused: all of them';
     const { url } = await serve((_seen, response) => response.writeHead(200, { 'content-type': 'application/json' }).end(body));
     const { spend } = client(url);
-    expect(await failureOf(spend.pauseSpendingPeriods(ids))).toMatchObject({ reason: 'bad_response' });
+    expect(await failureOf(spend.pauseSpendingPeriods(ids, randomUUID()))).toMatchObject({ reason: 'bad_response' });
     body = '{"ok":true}';
-    expect(await failureOf(spend.pauseSpendingPeriods(ids))).toMatchObject({ reason: 'bad_response' });
+    expect(await failureOf(spend.pauseSpendingPeriods(ids, randomUUID()))).toMatchObject({ reason: 'bad_response' });
   });
 
   it('times out on an answer that never comes, and on a body that never ends', async () => {
@@ -126,14 +126,14 @@ describe('spend-management client', () => {
         response.writeHead(200, { 'content-type': 'application/json' }).write('{"paused":[');
     });
     const { spend } = client(url, 200);
-    expect(await failureOf(spend.pauseSpendingPeriods(ids))).toMatchObject({ reason: 'timeout' });
-    expect(await failureOf(spend.pauseSpendingPeriods([ids[0]!]))).toMatchObject({ reason: 'timeout' });
+    expect(await failureOf(spend.pauseSpendingPeriods(ids, randomUUID()))).toMatchObject({ reason: 'timeout' });
+    expect(await failureOf(spend.pauseSpendingPeriods([ids[0]!], randomUUID()))).toMatchObject({ reason: 'timeout' });
   });
 
   it('turns a refused connection into unavailable with its code', async () => {
     const { url } = await serve(() => undefined);
     await closeAll();
-    expect(await failureOf(client(url).spend.pauseSpendingPeriods(ids))).toMatchObject({
+    expect(await failureOf(client(url).spend.pauseSpendingPeriods(ids, randomUUID()))).toMatchObject({
       reason: 'unavailable',
       message: expect.stringContaining('ECONNREFUSED'),
     });
