@@ -8,13 +8,16 @@ import { connect, createServer, type Socket } from 'node:net';
  * - `hold(marker)` black-holes connections: once a client's bytes contain `marker` (for PostgreSQL,
  *   the name of a prepared statement, which travels in every Parse and Bind), that connection
  *   stops forwarding in both directions but stays open, as behind a failover without a reset or a
- *   proxy that hung. `arm()` holds one more such connection; `held()` counts those held so far.
+ *   proxy that hung. `arm()` holds one more such connection; `held()` counts those held so far;
+ * - `delay(ms)` holds every answer (server to client) that long before passing it on, in order, as
+ *   a slow link or a stalled replica would; `delay(0)` ends it for what arrives from then on.
  */
 export async function startTcpProxy(target: { host: string; port: number }, hold?: { marker: string; count: number }) {
   const sockets = new Set<Socket>();
   let cut = false;
   let toHold = hold?.count ?? 0;
   let held = 0;
+  let answerDelayMs = 0;
   const server = createServer((client) => {
     if (cut) return client.destroy();
     const upstream = connect(target.port, target.host);
@@ -32,8 +35,15 @@ export async function startTcpProxy(target: { host: string; port: number }, hold
       }
       if (!blackholed) upstream.write(chunk);
     });
+    // Answers leave in the order they came, each no earlier than its arrival plus the delay.
+    let lastRelease = 0;
     upstream.on('data', (chunk: Buffer) => {
-      if (!blackholed) client.write(chunk);
+      if (blackholed) return;
+      if (answerDelayMs === 0 && lastRelease <= Date.now()) return void client.write(chunk);
+      lastRelease = Math.max(lastRelease, Date.now() + answerDelayMs);
+      setTimeout(() => {
+        if (!blackholed && !client.destroyed) client.write(chunk);
+      }, lastRelease - Date.now());
     });
     client.on('close', () => upstream.destroy());
     upstream.on('close', () => client.destroy());
@@ -53,6 +63,9 @@ export async function startTcpProxy(target: { host: string; port: number }, hold
     },
     /** Connections held so far. */
     held: () => held,
+    delay(ms: number) {
+      answerDelayMs = ms;
+    },
     /** Holds the next connection that carries the marker too. */
     arm() {
       toHold += 1;

@@ -18,14 +18,14 @@ const networkId = '6f1c2b9e-5d4a-4e8f-9a7b-1c2d3e4f5a6b';
 /** The use case over in-memory statements and a fake spend management that answers after `delayMs`. */
 function protocol(options: { slots?: number; delayMs?: number } = {}) {
   const stores = inMemoryStores();
-  const calls: Array<{ ids: readonly string[]; at: number }> = [];
+  const calls: Array<{ ids: readonly string[]; at: number; recorded: boolean }> = [];
   const scheduler = new SpendScheduler(options.slots ?? 16, 1_000);
   const runner = new DisableRunner(
     {
       pauseSpending: ({ campaignIds: ids }, mayStart, owner) =>
         scheduler.run(owner, async () => {
           if (!(await mayStart())) return undefined;
-          calls.push({ ids, at: Date.now() });
+          calls.push({ ids, at: Date.now(), recorded: ids.every((id) => stores.recorded.has(id)) });
           stores.statements.push('spend_call');
           await new Promise((resolve) => setTimeout(resolve, options.delayMs ?? 0));
           return { confirmed: [...ids] };
@@ -83,6 +83,9 @@ describe('the disable protocol, without a database', () => {
     expect(sinceLastCall).toEqual([true, true, true]);
     expect(stores.pending.has(agentId)).toBe(false);
     expect(stores.approved(agentId)).toBe(false);
+    // Every call was in the write-ahead record when it started, and every mark took its rows out.
+    expect(calls.map((call) => call.recorded)).toEqual([true, true, true]);
+    expect(stores.recorded.size).toBe(0);
   });
 
   it('a repeat while the run goes on in this replica joins it: one set of calls, the repeat counts nothing', async () => {

@@ -2,8 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { type CallOwner, SpendScheduler } from '../../src/agents/spend-scheduler.js';
 
 /** Tasks that end when the test says so; `started` records the order in which they got a slot. */
-function harness(capacity: number, maxQueued = 1_000) {
-  const scheduler = new SpendScheduler(capacity, maxQueued);
+function harness(capacity: number, maxQueued = 1_000, clock?: { now: number; maxWaitMs: number }) {
+  const scheduler = new SpendScheduler(capacity, maxQueued, clock?.maxWaitMs, clock && (() => clock.now));
   const started: string[] = [];
   const running: Array<() => void> = [];
   const submit = (owner: CallOwner, label: string) =>
@@ -56,6 +56,24 @@ describe('the spend-management scheduler', () => {
     void submit(request('a'), 'a1');
     for (let i = 0; i < 3; i += 1) await finishOne();
     expect(started).toEqual(['a0', 'b0', 'a1', 'w0']);
+  });
+
+  it("puts a worker's call that waited its maximum before requests' calls that never stop coming", async () => {
+    // A clock of the test's own: the scheduler reads the time only through it.
+    const clock = { now: 0, maxWaitMs: 1_000 };
+    const { started, submit, finishOne } = harness(1, 1_000, clock);
+    void submit(request('a'), 'a0');
+    void submit(worker('w'), 'w0');
+    void submit(worker('w'), 'w1');
+    for (let i = 1; i <= 6; i += 1) void submit(request('a'), `a${i}`);
+    clock.now = 400;
+    await finishOne();
+    expect(started).toEqual(['a0', 'a1']);
+    clock.now = 1_000; // w0 and w1 have waited 1 s: they go next, one slot each, before a2
+    await finishOne();
+    await finishOne();
+    await finishOne();
+    expect(started).toEqual(['a0', 'a1', 'w0', 'w1', 'a2']);
   });
 
   it("refuses, as spend_management:busy, a call past its network's bound, and only that network's", async () => {

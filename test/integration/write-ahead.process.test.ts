@@ -1,0 +1,349 @@
+// What a disable has sent is recorded before it is sent, and settled whatever becomes of the run,
+// its claim, the disable or the process (docs/interfaces.md §9): the built service (as `npm start`
+// runs it) against the real PostgreSQL and Redis, with TCP proxies that cut Redis, cut or slow the
+// database, and SIGTERM and SIGKILL of real processes. Each test ends with the three stores agreeing
+// on every campaign, both ways.
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
+import { disagreements } from '../support/agreement.js';
+import { newApiKey, testDatabase } from '../support/data.js';
+import { databaseUrl } from '../support/database-url.js';
+import { startServiceProcess } from '../support/process.js';
+import { processEnvironment } from '../support/process-environment.js';
+import { startTcpProxy } from '../support/tcp-proxy.js';
+
+const db = testDatabase();
+const key = newApiKey();
+const otherKey = newApiKey();
+let sim: SpendSimulator['simulator'];
+let environment: Awaited<ReturnType<typeof processEnvironment>>;
+let redis: Redis;
+let networkId: string;
+let otherNetworkId: string;
+const replicas: Array<Awaited<ReturnType<typeof startServiceProcess>>> = [];
+
+beforeAll(async () => {
+  redis = new Redis(inject('redisUrl'), { keyPrefix: inject('redisKeyPrefix'), lazyConnect: true });
+  await redis.connect();
+  networkId = await db.network();
+  otherNetworkId = await db.network();
+  environment = await processEnvironment(
+    [
+      { key, networkId, name: 'write-ahead-partner' },
+      { key: otherKey, networkId: otherNetworkId, name: 'busy-partner' },
+    ],
+    {
+      OTEL_SDK_DISABLED: 'true',
+      DRAIN_DELAY_MS: '0',
+      RATE_LIMIT_MAX: '0',
+      // Quick hand-overs: a claim or a record runs out after 2 s, workers look every ~200 ms.
+      WORKER_LEASE_MS: '2000',
+      WORKER_POLL_INTERVAL_MS: '200',
+      WORKER_BACKOFF_BASE_MS: '100',
+      WORKER_BACKOFF_MAX_MS: '500',
+      DATABASE_STATEMENT_TIMEOUT_MS: '450',
+      REDIS_COMMAND_TIMEOUT_MS: '300',
+      SPEND_MANAGEMENT_TIMEOUT_MS: '4000',
+      BREAKER_RESET_TIMEOUT_MS: '500',
+    },
+    { keepRequests: 20_000 },
+  );
+  sim = environment.simulator.simulator;
+});
+
+afterAll(async () => {
+  await Promise.all(replicas.map((replica) => replica.stop()));
+  await environment?.close();
+  redis.disconnect();
+  await db.close();
+});
+
+async function replica(env: Record<string, string> = {}) {
+  const started = await startServiceProcess({ ...environment.env, ...env });
+  replicas.push(started);
+  return started;
+}
+
+function setStatus(baseUrl: string, agentId: string, enabled: boolean, headers: Record<string, string> = {}, apiKey = key) {
+  return fetch(`${baseUrl}/partner/agents/status`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': apiKey, ...headers },
+    body: JSON.stringify({ agentId, enabled }),
+  });
+}
+
+const stores = () => ({ pool: db.pool, redis, isPausedInSpendManagement: (id: string) => sim.isPaused(id) });
+
+/** Waits (bounded) until the three stores agree on every campaign of `ids`; returns how many are paused. */
+async function agreeInTheEnd(ids: readonly string[], timeout = 30_000): Promise<number> {
+  await vi.waitFor(async () => expect(await disagreements(stores(), ids)).toEqual([]), { timeout, interval: 250 });
+  return ids.filter((id) => sim.isPaused(id)).length;
+}
+
+const redisTarget = () => {
+  const url = new URL(inject('redisUrl'));
+  return { host: url.hostname, port: Number(url.port || 6379) };
+};
+const databaseTarget = () => {
+  const url = new URL(databaseUrl());
+  return { host: url.hostname, port: Number(url.port || 5432) };
+};
+const through = (proxyPort: number) => {
+  const url = new URL(databaseUrl());
+  url.port = String(proxyPort);
+  return url.toString();
+};
+
+describe('a Redis outage under a disable, then an enable', () => {
+  it('leaves no campaign paused in spend management alone: Redis and the database follow once Redis is back', {
+    timeout: 60_000,
+  }, async () => {
+    sim.setMode('ok');
+    const proxy = await startTcpProxy(redisTarget());
+    try {
+      const service = await replica({ REDIS_URL: proxy.url });
+      const agentId = await db.agent(networkId);
+      const ids = await db.campaigns(agentId, 300);
+      proxy.cut();
+      const disable = await setStatus(service.baseUrl, agentId, false);
+      expect(disable.status).toBe(500);
+      expect(ids.some((id) => sim.isPaused(id))).toBe(true);
+      const enable = await setStatus(service.baseUrl, agentId, true);
+      expect(enable.status).toBe(200);
+      expect(await db.agentApproved(agentId)).toBe(true);
+      proxy.restore();
+      const paused = await agreeInTheEnd(ids);
+      expect(paused).toBeGreaterThan(0);
+      const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM sent_pauses WHERE agent_id = $1', [agentId]);
+      expect(rows[0].n).toBe(0);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('a database cut while a call is in flight, then an enable', () => {
+  it('settles the batch spend management confirmed, in Redis and the database, once the database is back', {
+    timeout: 60_000,
+  }, async () => {
+    const proxy = await startTcpProxy(databaseTarget());
+    try {
+      const service = await replica({ DATABASE_URL: through(proxy.port) });
+      const agentId = await db.agent(networkId);
+      const ids = await db.campaigns(agentId, 100);
+      sim.setMode('slow', { delayMs: 1_000 });
+      const requestsBefore = sim.requests().length;
+      const disable = setStatus(service.baseUrl, agentId, false);
+      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
+      proxy.cut();
+      expect((await disable).status).toBe(500);
+      sim.setMode('ok');
+      proxy.restore();
+      await vi.waitFor(async () => expect((await setStatus(service.baseUrl, agentId, true)).status).toBe(200), {
+        timeout: 10_000,
+        interval: 250,
+      });
+      expect(await agreeInTheEnd(ids)).toBe(100);
+    } finally {
+      sim.setMode('ok');
+      await proxy.close();
+    }
+  });
+});
+
+describe('a replica stopped while what it sent is not settled', () => {
+  it('SIGTERM during a Redis outage: another replica settles the superseded batch', { timeout: 60_000 }, async () => {
+    const proxy = await startTcpProxy(redisTarget());
+    try {
+      const first = await replica({ REDIS_URL: proxy.url });
+      const agentId = await db.agent(networkId);
+      const ids = await db.campaigns(agentId, 100);
+      sim.setMode('slow', { delayMs: 2_500 });
+      const requestsBefore = sim.requests().length;
+      const disable = setStatus(first.baseUrl, agentId, false);
+      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
+      expect((await setStatus(first.baseUrl, agentId, true)).status).toBe(200);
+      proxy.cut(); // Redis unreachable when the confirmed batch comes back
+      expect((await disable).status).toBe(409);
+      sim.setMode('ok');
+      expect(ids.every((id) => sim.isPaused(id))).toBe(true);
+      first.child.kill('SIGTERM');
+      expect(await first.exited).toBe(0);
+      proxy.restore();
+      await replica();
+      expect(await agreeInTheEnd(ids)).toBe(100);
+      expect(await db.agentApproved(agentId)).toBe(true);
+    } finally {
+      sim.setMode('ok');
+      await proxy.close();
+    }
+  });
+
+  it('SIGKILL while a call is in flight: another replica sends the same call again (same key), and the stores agree', {
+    timeout: 60_000,
+  }, async () => {
+    const first = await replica();
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 100);
+    sim.setMode('slow', { delayMs: 1_500 });
+    const requestsBefore = sim.requests().length;
+    const disable = setStatus(first.baseUrl, agentId, false).catch(() => undefined);
+    await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
+    const callKey = sim.requests().at(-1)!.idempotencyKey;
+    first.child.kill('SIGKILL');
+    await first.exited;
+    await disable;
+    // The call reached spend management, which paused the campaigns; nothing else knows yet.
+    await vi.waitFor(() => expect(ids.every((id) => sim.isPaused(id))).toBe(true), { timeout: 5_000, interval: 50 });
+    sim.setMode('ok');
+    const second = await replica();
+    expect((await setStatus(second.baseUrl, agentId, true)).status).toBe(200);
+    expect(await agreeInTheEnd(ids)).toBe(100);
+    const again = sim.requests().filter((request) => request.idempotencyKey === callKey);
+    expect(again.length).toBeGreaterThanOrEqual(2);
+    expect(again.slice(1).every((request) => request.replay)).toBe(true);
+  });
+});
+
+describe("a replica whose database answers come late, and another replica's enable", () => {
+  it('starts no pause call after the enable answered: a claim check answered too late is not trusted', { timeout: 60_000 }, async () => {
+    const proxy = await startTcpProxy(databaseTarget());
+    try {
+      const slow = await replica({
+        DATABASE_URL: through(proxy.port),
+        SPEND_MANAGEMENT_MAX_CONCURRENCY: '1',
+        DISABLE_BATCHES_IN_FLIGHT: '2',
+        // Room for answers 2.5 s late: the lease (a third of it bounds today's trust) and statements.
+        WORKER_LEASE_MS: '20000',
+        DATABASE_STATEMENT_TIMEOUT_MS: '5000',
+        REQUEST_DEADLINE_MS: '20000',
+      });
+      const other = await replica();
+      const agentId = await db.agent(networkId);
+      const ids = await db.campaigns(agentId, 300);
+      sim.setMode('slow', { delayMs: 600 });
+      const requestsBefore = sim.requests().length;
+      const disable = setStatus(slow.baseUrl, agentId, false);
+      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 10 });
+      // From now on every answer of the slow replica's database comes 2.5 s late; the next batch's
+      // claim check is sent when the first call ends (600 ms), before the enable below commits.
+      proxy.delay(2_500);
+      await new Promise((resolve) => setTimeout(resolve, 900));
+      const enable = await setStatus(other.baseUrl, agentId, true);
+      expect(enable.status).toBe(200);
+      const answeredAt = Date.now();
+      const answer = await disable;
+      proxy.delay(0);
+      expect([409, 500]).toContain(answer.status);
+      const late = sim
+        .requests()
+        .filter((request) => request.campaignIds.some((id) => ids.includes(id)) && Date.parse(request.at) > answeredAt);
+      expect(late.map((request) => request.at)).toEqual([]);
+      sim.setMode('ok');
+      await agreeInTheEnd(ids);
+    } finally {
+      sim.setMode('ok');
+      proxy.delay(0);
+      await proxy.close();
+    }
+  });
+});
+
+describe('a pending disable while another network keeps requests coming', () => {
+  it("completes within §9's 60 s: the worker's calls age into the front of the spend-management queue", { timeout: 90_000 }, async () => {
+    const service = await replica({ SPEND_MANAGEMENT_MAX_CONCURRENCY: '1', DISABLE_BATCHES_IN_FLIGHT: '4' });
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 300);
+    // The busy network's agents, 300 campaigns each: every one of its disables has calls waiting.
+    const busyAgents = await Promise.all(
+      Array.from({ length: 80 }, async () => {
+        const id = await db.agent(otherNetworkId);
+        await db.campaigns(id, 300);
+        return id;
+      }),
+    );
+    // Spend management leaves the pending disable's campaigns out until the busy network's load runs.
+    sim.refuse(ids);
+    expect((await setStatus(service.baseUrl, agentId, false)).status).toBe(500);
+    sim.setMode('slow', { delayMs: 200 });
+    let stopLoad = false;
+    let busyAnswers = 0;
+    const load = Array.from({ length: 8 }, async (_, lane) => {
+      for (let next = lane; !stopLoad && next < busyAgents.length; next += 8) {
+        await setStatus(service.baseUrl, busyAgents[next]!, false, {}, otherKey);
+        busyAnswers += 1;
+      }
+    });
+    const loadRunning = Promise.all(load).then(() => 'load ended' as const);
+    try {
+      await vi.waitFor(() => expect(busyAnswers).toBeGreaterThanOrEqual(8), { timeout: 30_000, interval: 50 });
+      sim.refuse([]);
+      const pendingGone = vi
+        .waitFor(
+          async () => {
+            const { rows } = await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
+            expect(rows).toEqual([]);
+          },
+          { timeout: 20_000, interval: 250 },
+        )
+        .then(() => 'completed' as const);
+      // Completed while the other network's requests were still coming, well within 60 s.
+      expect(await Promise.race([pendingGone, loadRunning])).toBe('completed');
+    } finally {
+      stopLoad = true;
+      await Promise.all(load);
+      sim.refuse([]);
+      sim.setMode('ok');
+    }
+  });
+});
+
+describe('a respond-async repeat that takes over a dead replica’s idempotency key', () => {
+  it('answers 202 only once agent_approved = false is committed', { timeout: 60_000 }, async () => {
+    const first = await replica({ REQUEST_DEADLINE_MS: '3000' });
+    const agentId = await db.agent(networkId);
+    await db.campaigns(agentId, 50);
+    const idempotencyKey = randomUUID();
+    const headers = { prefer: 'respond-async', 'idempotency-key': idempotencyKey };
+    // A platform transaction holds the agent row: the disable is recorded (its change id on the
+    // key), the flag is not set, and the replica dies before it answers.
+    const platform = await db.holdAgentRow(agentId);
+    try {
+      const pending = setStatus(first.baseUrl, agentId, false, headers).catch(() => undefined);
+      await vi.waitFor(
+        async () => {
+          const { rows } = await db.pool.query('SELECT change_id FROM idempotency_keys WHERE agent_id = $1', [agentId]);
+          expect(rows[0]?.change_id).toBeTruthy();
+        },
+        { timeout: 5_000, interval: 20 },
+      );
+      first.child.kill('SIGKILL');
+      await first.exited;
+      await pending;
+      const second = await replica({ REQUEST_DEADLINE_MS: '3000' });
+      // Once the key's lease has run out (the deadline + 5 s), a repeat takes it over.
+      let answer: Response | undefined;
+      let approvedAtAnswer: boolean | undefined;
+      await vi.waitFor(
+        async () => {
+          const repeat = await setStatus(second.baseUrl, agentId, false, headers);
+          approvedAtAnswer = await db.agentApproved(agentId);
+          expect(repeat.status).not.toBe(409);
+          answer = repeat;
+        },
+        { timeout: 15_000, interval: 500 },
+      );
+      // While the platform still holds the row the flag cannot be set: no 202 then.
+      if (answer!.status === 202) expect(approvedAtAnswer).toBe(false);
+      else expect(answer!.status).toBe(500);
+      await platform.commit();
+    } finally {
+      await platform.end();
+    }
+    const afterwards = await setStatus(replicas.at(-1)!.baseUrl, agentId, false, headers);
+    expect([200, 202]).toContain(afterwards.status);
+    expect(await db.agentApproved(agentId)).toBe(false);
+  });
+});
