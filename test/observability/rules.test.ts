@@ -20,6 +20,7 @@ describe('the alert rule file', () => {
   it('has the alerts the service needs', () => {
     expect(alerts.map((a) => a.alert).sort()).toEqual(
       [
+        'PartnerAgentStatusCampaignsUnsettled',
         'PartnerAgentStatusCircuitBreakerOpen',
         'PartnerAgentStatusDisablePending',
         'PartnerAgentStatusHigh5xxRatio',
@@ -92,6 +93,8 @@ describe('the alert rule file', () => {
   it('waits before paging on a sustained condition, except where the expression measures the time itself', () => {
     const instant = alerts.filter((a) => !a.for).map((a) => a.alert);
     expect(instant.sort()).toEqual([
+      // the oldest unsettled campaign's age is itself the 5 minutes
+      'PartnerAgentStatusCampaignsUnsettled',
       // open for a minute, measured over a window inside the expression (see the rule comment)
       'PartnerAgentStatusCircuitBreakerOpen',
       // the oldest pending disable's age is itself the 5 minutes
@@ -105,6 +108,7 @@ describe('the alert rule file', () => {
     const read = new Set(alerts.flatMap((a) => metricNamesOf(a.expr)));
     for (const name of [
       'pending_disables_oldest_age_seconds',
+      'unsettled_campaigns_oldest_age_seconds',
       'spend_management_auth_failures_total',
       'partner_requests_limited_total',
       'requests_shed_total',

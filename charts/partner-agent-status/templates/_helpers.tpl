@@ -221,11 +221,13 @@ RATE_LIMIT_WINDOW_MS: {{ $c.rateLimit.windowMs | int64 | toString | quote }}
 DISABLES_IN_FLIGHT_PER_NETWORK: {{ $c.disablesInFlightPerNetwork | int64 | toString | quote }}
 DISABLE_BATCHES_IN_FLIGHT: {{ $c.pipeline.disableBatchesInFlight | int64 | toString | quote }}
 SPEND_MANAGEMENT_MAX_CONCURRENCY: {{ $c.pipeline.spendManagementMaxConcurrency | int64 | toString | quote }}
+SPEND_MANAGEMENT_WORKER_MAX_WAIT_MS: {{ $c.pipeline.workerCallMaxWaitMs | int64 | toString | quote }}
 WORKER_POLL_INTERVAL_MS: {{ $c.worker.pollIntervalMs | int64 | toString | quote }}
 WORKER_LEASE_MS: {{ $c.worker.leaseMs | int64 | toString | quote }}
 WORKER_BACKOFF_BASE_MS: {{ $c.worker.backoffBaseMs | int64 | toString | quote }}
 WORKER_BACKOFF_MAX_MS: {{ $c.worker.backoffMaxMs | int64 | toString | quote }}
 WORKER_CONCURRENCY: {{ $c.worker.concurrency | int64 | toString | quote }}
+CLAIM_CHECK_MAX_AGE_MS: {{ $c.worker.claimCheckMaxAgeMs | int64 | toString | quote }}
 SECRETS_MANAGER_CONNECT_TIMEOUT_MS: {{ $c.secretsManager.connectTimeoutMs | int64 | toString | quote }}
 SECRETS_MANAGER_REQUEST_TIMEOUT_MS: {{ $c.secretsManager.requestTimeoutMs | int64 | toString | quote }}
 SECRETS_MANAGER_MAX_ATTEMPTS: {{ $c.secretsManager.maxAttempts | int64 | toString | quote }}
