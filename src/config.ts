@@ -21,6 +21,13 @@ export interface Config {
   redisUrl: string;
   redisKeyPrefix: string;
   redisCommandTimeoutMs: number;
+  /**
+   * Replicas that must acknowledge a batch's writes before it counts as paused in Redis (WAIT);
+   * 0: none asked. For a Redis with replicas and automatic failover, so that a failover cannot
+   * lose a `paused` the database then records.
+   */
+  redisWaitReplicas: number;
+  redisWaitTimeoutMs: number;
   spendManagementUrl: string;
   spendManagementToken: string | undefined;
   spendManagementTimeoutMs: number;
@@ -178,6 +185,8 @@ function readConfig(env: Env): Config {
     redisUrl: url(env, 'REDIS_URL', ['redis:', 'rediss:']),
     redisKeyPrefix: env.REDIS_KEY_PREFIX ?? '',
     redisCommandTimeoutMs: integer(env, 'REDIS_COMMAND_TIMEOUT_MS', 1_000, 10, 60_000),
+    redisWaitReplicas: integer(env, 'REDIS_WAIT_REPLICAS', 0, 0, 5),
+    redisWaitTimeoutMs: integer(env, 'REDIS_WAIT_TIMEOUT_MS', 100, 1, 10_000),
     spendManagementUrl: url(env, 'SPEND_MANAGEMENT_URL', ['http:', 'https:']),
     spendManagementToken: token ? token : undefined,
     spendManagementTimeoutMs: integer(env, 'SPEND_MANAGEMENT_TIMEOUT_MS', 2_000, 10, 60_000),

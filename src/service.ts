@@ -84,6 +84,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
         url: config.redisUrl,
         keyPrefix: config.redisKeyPrefix,
         commandTimeoutMs: config.redisCommandTimeoutMs,
+        waitReplicas: config.redisWaitReplicas,
+        waitTimeoutMs: config.redisWaitTimeoutMs,
         metrics,
       }),
     (store) => store.close(),

@@ -58,6 +58,9 @@ export interface RedisCampaignStateOptions {
   keyPrefix: string;
   commandTimeoutMs: number;
   metrics: Metrics;
+  /** With more than 0: WAIT for that many replicas after the script (docs/interfaces.md §9). */
+  waitReplicas?: number;
+  waitTimeoutMs?: number;
 }
 
 /**
@@ -100,6 +103,29 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
     });
   }
 
+  const waitReplicas = options.waitReplicas ?? 0;
+  /**
+   * The script and WAIT in one round trip (a pipeline): the batch counts as paused in Redis only
+   * once `waitReplicas` replicas have its writes, so a failover to one of them keeps them. Fewer
+   * acknowledgements within the time-out fail the batch as a Redis failure (`redis:unavailable`):
+   * nothing is marked in the database, and the batch is settled once a replica answers again.
+   */
+  async function pausedAndReplicated(campaignIds: readonly string[]): Promise<number[]> {
+    const answers = await client
+      .pipeline()
+      .markCampaignsPaused(campaignIds.length, ...campaignIds.map(campaignKey))
+      .wait(waitReplicas, options.waitTimeoutMs ?? 100)
+      .exec();
+    const [script, wait] = answers ?? [];
+    if (script?.[0]) throw script[0];
+    if (wait?.[0]) throw wait[0];
+    const acknowledged = Number(wait?.[1]);
+    if (!(acknowledged >= waitReplicas)) {
+      throw new DependencyError('redis', 'unavailable', `WAIT: ${acknowledged} of ${waitReplicas} replicas acknowledged`);
+    }
+    return script?.[1] as number[];
+  }
+
   return {
     client,
     markPaused: (campaignIds) =>
@@ -109,7 +135,10 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
         'mark_campaigns_paused',
         async () => {
           await connected();
-          const results = await client.markCampaignsPaused(campaignIds.length, ...campaignIds.map(campaignKey));
+          const results =
+            waitReplicas > 0
+              ? await pausedAndReplicated(campaignIds)
+              : await client.markCampaignsPaused(campaignIds.length, ...campaignIds.map(campaignKey));
           if (!Array.isArray(results) || results.length !== campaignIds.length) {
             throw new DependencyError('redis', 'bad_response', 'incomplete answer');
           }

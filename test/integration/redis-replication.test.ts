@@ -1,0 +1,123 @@
+// REDIS_WAIT_REPLICAS: a batch counts as paused in Redis only once a replica has its writes (WAIT),
+// so that a failover to that replica keeps every `paused` the database then records. A real
+// primary and a real replica (redis-server, REPLICAOF) on free ports; the replica is killed and
+// started again.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { newApiKey, testDatabase } from '../support/data.js';
+import { freePort } from '../support/process.js';
+import { startTestService, type TestService } from '../support/service.js';
+
+const db = testDatabase();
+const key = newApiKey();
+let primary: ChildProcess;
+let replica: ChildProcess | undefined;
+let primaryPort: number;
+let replicaPort: number;
+let admin: Redis;
+let svc: TestService;
+let networkId: string;
+
+function redisServer(port: number, ...args: string[]): ChildProcess {
+  return spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...args], {
+    stdio: 'ignore',
+  });
+}
+
+async function startReplica(): Promise<void> {
+  replica = redisServer(replicaPort, '--replicaof', '127.0.0.1', String(primaryPort));
+  const probe = new Redis({ port: replicaPort, host: '127.0.0.1', retryStrategy: () => 100 });
+  probe.on('error', () => undefined);
+  try {
+    await vi.waitFor(async () => expect(await probe.info('replication')).toMatch(/master_link_status:up/), {
+      timeout: 10_000,
+      interval: 100,
+    });
+  } finally {
+    probe.disconnect();
+  }
+}
+
+beforeAll(async () => {
+  primaryPort = await freePort();
+  replicaPort = await freePort();
+  primary = redisServer(primaryPort);
+  admin = new Redis({ port: primaryPort, host: '127.0.0.1', retryStrategy: () => 100 });
+  admin.on('error', () => undefined);
+  await admin.ping(); // queued until the server listens
+  await startReplica();
+  networkId = await db.network();
+  svc = await startTestService({
+    partners: [{ key, networkId, name: 'replicated' }],
+    redisUrl: `redis://127.0.0.1:${primaryPort}`,
+    env: {
+      RATE_LIMIT_MAX: '0',
+      REDIS_WAIT_REPLICAS: '1',
+      REDIS_WAIT_TIMEOUT_MS: '200',
+      BREAKER_RESET_TIMEOUT_MS: '300',
+      WORKER_POLL_INTERVAL_MS: '200',
+      WORKER_BACKOFF_MAX_MS: '500',
+    },
+  });
+});
+
+afterAll(async () => {
+  await svc?.close();
+  admin?.disconnect();
+  for (const server of [replica, primary]) {
+    server?.kill('SIGKILL');
+    if (server) await once(server, 'exit').catch(() => undefined);
+  }
+  await db.close();
+});
+
+/** Read on the primary the service writes to, with the run's key prefix. */
+async function pausedInPrimary(ids: readonly string[]): Promise<boolean[]> {
+  const values = await Promise.all(ids.map((id) => admin.hget(`${inject('redisKeyPrefix')}campaign:${id}`, 'paused')));
+  return values.map((value) => value === '1');
+}
+
+const disable = (agentId: string) =>
+  svc.app.inject({
+    method: 'POST',
+    url: '/partner/agents/status',
+    headers: { 'x-api-key': key, 'content-type': 'application/json' },
+    payload: { agentId, enabled: false },
+  });
+
+describe('REDIS_WAIT_REPLICAS=1', () => {
+  it('pauses as usual while a replica acknowledges', async () => {
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 20);
+    expect((await disable(agentId)).statusCode).toBe(200);
+    expect((await db.pausedIds(agentId)).size).toBe(20);
+    expect(await pausedInPrimary(ids)).toEqual(ids.map(() => true));
+  });
+
+  it('marks nothing in the database while no replica acknowledges, and settles once one does', async () => {
+    replica!.kill('SIGKILL');
+    await once(replica!, 'exit');
+    await vi.waitFor(async () => expect(await admin.info('replication')).toMatch(/connected_slaves:0/), { timeout: 10_000, interval: 100 });
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 20);
+    const answer = await disable(agentId);
+    expect(answer.statusCode).toBe(500);
+    expect(answer.json()).toMatchObject({ pausedCampaignCount: 0, remainingCampaignCount: 20 });
+    expect((await db.pausedIds(agentId)).size).toBe(0);
+    const { rows } = await db.pool.query('SELECT last_error FROM pending_disables WHERE agent_id = $1', [agentId]);
+    expect(rows[0].last_error).toBe('redis:unavailable');
+
+    await startReplica();
+    await vi.waitFor(
+      async () => {
+        const left = await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
+        expect(left.rowCount).toBe(0);
+      },
+      { timeout: 20_000, interval: 100 },
+    );
+    expect((await db.pausedIds(agentId)).size).toBe(20);
+    expect(await pausedInPrimary(ids)).toEqual(ids.map(() => true));
+  });
+});
