@@ -42,13 +42,7 @@ afterAll(async () => {
   await db.close();
 });
 
-const disable = (agentId: string) =>
-  svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'x-api-key': key, 'content-type': 'application/json' },
-    payload: { agentId, enabled: false },
-  });
+const disable = (agentId: string) => svc.setStatus(key, agentId, false);
 
 describe('Redis turned read-only (REPLICAOF)', () => {
   it('is a Redis failure that opens the breaker; once Redis is primary again the disable converges with no request', async () => {

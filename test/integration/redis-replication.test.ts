@@ -79,13 +79,7 @@ async function pausedInPrimary(ids: readonly string[]): Promise<boolean[]> {
   return values.map((value) => value === '1');
 }
 
-const disable = (agentId: string) =>
-  svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'x-api-key': key, 'content-type': 'application/json' },
-    payload: { agentId, enabled: false },
-  });
+const disable = (agentId: string) => svc.setStatus(key, agentId, false);
 
 describe('REDIS_WAIT_REPLICAS=1', () => {
   it('pauses as usual while a replica acknowledges', async () => {

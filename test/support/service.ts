@@ -93,6 +93,15 @@ export async function startTestService(options: TestServiceOptions) {
     keysFile,
     logs,
     redis,
+    /** A partner's status change, as the partner sends it (in process, through the app). */
+    setStatus(apiKey: string, agentId: string, enabled: boolean, headers: Record<string, string> = {}) {
+      return service.app.inject({
+        method: 'POST',
+        url: '/partner/agents/status',
+        headers: { 'x-api-key': apiKey, 'content-type': 'application/json', ...headers },
+        payload: { agentId, enabled },
+      });
+    },
     /** Whether the campaign hash in Redis says paused. */
     async pausedInRedis(campaignIds: string[]): Promise<boolean[]> {
       const pipeline = redis.pipeline();
