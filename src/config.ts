@@ -18,7 +18,10 @@ export interface Config {
   databaseUrl: string;
   databasePoolSize: number;
   databaseStatementTimeoutMs: number;
+  /** One URL, or with `redisCluster` a comma-separated list of seed nodes (docs/interfaces.md §13). */
   redisUrl: string;
+  /** REDIS_CLUSTER: REDIS_URL names a Redis Cluster. */
+  redisCluster: boolean;
   redisKeyPrefix: string;
   redisCommandTimeoutMs: number;
   /**
@@ -119,6 +122,23 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
   return value;
 }
 
+/** true or false (also 1/0, yes/no); absent: `fallback`. */
+function flag(env: Env, name: string, fallback: boolean): boolean {
+  const raw = env[name]?.trim().toLowerCase();
+  if (raw === undefined || raw === '') return fallback;
+  if (['true', '1', 'yes'].includes(raw)) return true;
+  if (['false', '0', 'no'].includes(raw)) return false;
+  throw new ConfigError(`${name} must be true or false, got "${raw}"`);
+}
+
+/** REDIS_URL: one URL, or in cluster mode a comma-separated list of seed nodes, each a URL. */
+function redisUrl(env: Env, cluster: boolean): string {
+  const value = required(env, 'REDIS_URL');
+  if (!cluster) return url(env, 'REDIS_URL', ['redis:', 'rediss:']);
+  for (const node of value.split(',')) url({ REDIS_URL: node }, 'REDIS_URL', ['redis:', 'rediss:']);
+  return value;
+}
+
 function url(env: Env, name: string, protocols: string[]): string {
   const value = required(env, name);
   let parsed: URL;
@@ -151,6 +171,9 @@ export function loadConfig(env: Env = process.env): Config {
       `WORKER_LEASE_MS (${config.worker.leaseMs}) must exceed DATABASE_STATEMENT_TIMEOUT_MS + ${statementClientMarginMs} (${statementLimitMs}): a stuck statement must end before its lease`,
     );
   }
+  if (config.redisCluster && config.redisWaitReplicas > 0) {
+    throw new ConfigError('REDIS_WAIT_REPLICAS is not supported with REDIS_CLUSTER=true (WAIT answers for one node); set it to 0');
+  }
   return config;
 }
 
@@ -182,7 +205,8 @@ function readConfig(env: Env): Config {
     databaseUrl: url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
     databasePoolSize: integer(env, 'DATABASE_POOL_SIZE', 10, 1, 200),
     databaseStatementTimeoutMs: integer(env, 'DATABASE_STATEMENT_TIMEOUT_MS', 5_000, 100, 600_000),
-    redisUrl: url(env, 'REDIS_URL', ['redis:', 'rediss:']),
+    redisUrl: redisUrl(env, flag(env, 'REDIS_CLUSTER', false)),
+    redisCluster: flag(env, 'REDIS_CLUSTER', false),
     redisKeyPrefix: env.REDIS_KEY_PREFIX ?? '',
     redisCommandTimeoutMs: integer(env, 'REDIS_COMMAND_TIMEOUT_MS', 1_000, 10, 60_000),
     redisWaitReplicas: integer(env, 'REDIS_WAIT_REPLICAS', 0, 0, 5),

@@ -1,5 +1,4 @@
 import { hostname } from 'node:os';
-import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { createConvergenceWorker } from './agents/convergence-worker.js';
 import { DisableRunner, maxBatchSize, readAheadSize } from './agents/disable-runs.js';
@@ -18,6 +17,7 @@ import { type CampaignStateStore, createRedisCampaignState } from './stores/camp
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
 import { createDisableQueue } from './stores/disable-queue.js';
 import { createIdempotencyKeys } from './stores/idempotency-keys.js';
+import { createRedisClient, type RedisClient } from './stores/redis-clients.js';
 import { createSentPauses } from './stores/sent-pauses.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
 
@@ -82,6 +82,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     options.campaignState ??
       createRedisCampaignState({
         url: config.redisUrl,
+        cluster: config.redisCluster,
         keyPrefix: config.redisKeyPrefix,
         commandTimeoutMs: config.redisCommandTimeoutMs,
         waitReplicas: config.redisWaitReplicas,
@@ -259,18 +260,21 @@ const warnOf = (log: Logger) => (resource: string, reason: string) => log.warn({
  */
 const maxQueuedCallsPerNetwork = 4_096;
 
-async function connectRateLimitRedis(config: Config, resources: Resources): Promise<Redis> {
+async function connectRateLimitRedis(config: Config, resources: Resources): Promise<RedisClient> {
   const client = resources.own(
     'rate-limit redis',
-    new Redis(config.redisUrl, {
-      protocol: 2,
-      lazyConnect: true,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      commandTimeout: Math.min(config.redisCommandTimeoutMs, 250),
-      connectTimeout: 1_000,
-      retryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
-    }),
+    createRedisClient(
+      { url: config.redisUrl, cluster: config.redisCluster },
+      {
+        protocol: 2,
+        lazyConnect: true,
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 0,
+        commandTimeout: Math.min(config.redisCommandTimeoutMs, 250),
+        connectTimeout: 1_000,
+        retryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
+      },
+    ),
     (redis) => redis.quit().catch(() => redis.disconnect()),
   );
   client.on('error', () => undefined);

@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import rateLimit from '@fastify/rate-limit';
 import { context, ROOT_CONTEXT, trace } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { PartnerKeyStore } from '../auth/partner-keys.js';
 import { redisFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -17,7 +17,7 @@ export interface GuardSettings {
   metrics: Metrics;
   rateLimitMax: number;
   rateLimitWindowMs: number;
-  redis: Redis | undefined;
+  redis: Redis | Cluster | undefined;
   keyPrefix: string;
 }
 

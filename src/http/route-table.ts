@@ -3,7 +3,7 @@ import { createRequire } from 'node:module';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import underPressure from '@fastify/under-pressure';
 import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerDefault } from 'fastify';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
 import type { PartnerKeyStore } from '../auth/partner-keys.js';
@@ -31,7 +31,7 @@ export interface RouteDeps {
   /** Readiness: keys loaded, database reachable, not draining. */
   isReady: () => Promise<boolean>;
   /** redis: the rate limit's client, absent when the limit is off (RATE_LIMIT_MAX=0). */
-  limits: LimitSettings & { redis: Redis | undefined; keyPrefix: string };
+  limits: LimitSettings & { redis: Redis | Cluster | undefined; keyPrefix: string };
 }
 
 // Through require for the same reason as in malformed-http.ts (no ES facade of node:http).

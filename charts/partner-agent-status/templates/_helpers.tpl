@@ -235,6 +235,7 @@ DATABASE_POOL_SIZE: {{ .Values.database.poolSize | int64 | toString | quote }}
 DATABASE_STATEMENT_TIMEOUT_MS: {{ .Values.database.statementTimeoutMs | int64 | toString | quote }}
 REDIS_KEY_PREFIX: {{ .Values.redis.keyPrefix | quote }}
 REDIS_COMMAND_TIMEOUT_MS: {{ .Values.redis.commandTimeoutMs | int64 | toString | quote }}
+REDIS_CLUSTER: {{ .Values.redis.cluster | toString | quote }}
 REDIS_WAIT_REPLICAS: {{ .Values.redis.waitReplicas | int64 | toString | quote }}
 REDIS_WAIT_TIMEOUT_MS: {{ .Values.redis.waitTimeoutMs | int64 | toString | quote }}
 SPEND_MANAGEMENT_URL: {{ .Values.spendManagement.url | quote }}

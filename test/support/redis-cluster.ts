@@ -1,0 +1,187 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { freePort } from './process.js';
+import { waitFor } from './wait.js';
+
+const run = promisify(execFile);
+
+/**
+ * A real Redis Cluster of `redis-server` processes on free ports, made with `redis-cli --cluster
+ * create`: `primaries` primaries, each with `replicas` replicas, a short node time-out so that a
+ * killed primary's replica takes over within a couple of seconds. Every node keeps its cluster
+ * state in a temporary folder of its own, removed by close().
+ */
+export async function startRedisCluster(options: { primaries?: number; replicas?: number; nodeTimeoutMs?: number } = {}) {
+  const primaries = options.primaries ?? 3;
+  const replicas = options.replicas ?? 0;
+  const dir = mkdtempSync(join(tmpdir(), 'pas-redis-cluster-'));
+  const ports: number[] = [];
+  const servers = new Map<number, ChildProcess>();
+  const start = (port: number) => {
+    const server = spawn(
+      'redis-server',
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        join(dir, `nodes-${port}.conf`),
+        '--cluster-node-timeout',
+        String(options.nodeTimeoutMs ?? 1_000),
+        '--dir',
+        dir,
+      ],
+      { stdio: 'ignore' },
+    );
+    servers.set(port, server);
+  };
+  for (let i = 0; i < primaries * (1 + replicas); i += 1) {
+    const port = await freePort();
+    ports.push(port);
+    start(port);
+  }
+  const admin = (port: number) => {
+    const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => 100, maxRetriesPerRequest: 1 });
+    client.on('error', () => undefined);
+    return client;
+  };
+  const info = async (port: number, section: string): Promise<string> => {
+    const client = admin(port);
+    try {
+      await client.connect();
+      return String(await client.call('CLUSTER', section));
+    } finally {
+      client.disconnect();
+    }
+  };
+  await waitFor(
+    async () =>
+      (
+        await Promise.all(
+          ports.map((port) =>
+            info(port, 'INFO').then(
+              () => true,
+              () => false,
+            ),
+          ),
+        )
+      ).every(Boolean),
+    {
+      timeoutMs: 10_000,
+      intervalMs: 50,
+      failure: () => 'the cluster nodes did not start',
+    },
+  );
+  await run('redis-cli', [
+    '--cluster',
+    'create',
+    ...ports.map((port) => `127.0.0.1:${port}`),
+    '--cluster-replicas',
+    String(replicas),
+    '--cluster-yes',
+  ]);
+  const healthy = async () => {
+    const live = ports.filter((port) => servers.get(port)!.exitCode === null && servers.get(port)!.signalCode === null);
+    const states = await Promise.all(live.map((port) => info(port, 'INFO').catch(() => '')));
+    return states.every((state) => state.includes('cluster_state:ok'));
+  };
+  await waitFor(healthy, { timeoutMs: 20_000, intervalMs: 100, failure: () => 'the new cluster did not become healthy' });
+  // Every replica in sync with its primary: one that never synced would not take over.
+  const inSync = async (port: number) => {
+    const client = admin(port);
+    try {
+      await client.connect();
+      const replication = await client.info('replication');
+      return replication.includes('role:master') || replication.includes('master_link_status:up');
+    } finally {
+      client.disconnect();
+    }
+  };
+  await waitFor(async () => (await Promise.all(ports.map((port) => inSync(port).catch(() => false)))).every(Boolean), {
+    timeoutMs: 20_000,
+    intervalMs: 100,
+    failure: () => 'the replicas did not sync with their primaries',
+  });
+
+  /** node id, port and role of every node, as one live node sees them. */
+  const nodes = async () => {
+    const live = ports.find((port) => servers.get(port)!.exitCode === null && servers.get(port)!.signalCode === null)!;
+    return (await info(live, 'NODES'))
+      .trim()
+      .split('\n')
+      .map((line) => {
+        const [id, address, flags] = line.split(' ');
+        return {
+          id: id!,
+          port: Number(address!.split('@')[0]!.split(':')[1]),
+          primary: flags!.includes('master'),
+          failed: flags!.includes('fail'),
+        };
+      });
+  };
+
+  return {
+    ports,
+    /** Seed nodes for REDIS_URL with REDIS_CLUSTER=true. */
+    url: ports.map((port) => `redis://127.0.0.1:${port}`).join(','),
+    nodes,
+    /** Waits until every live node says cluster_state:ok. */
+    healthy: () => waitFor(healthy, { timeoutMs: 30_000, intervalMs: 100, failure: () => 'the cluster did not become healthy again' }),
+    /** The primary that serves this key's slot. */
+    async primaryOf(key: string): Promise<number> {
+      const client = admin(ports[0]!);
+      try {
+        await client.connect();
+        const slot = Number(await client.call('CLUSTER', 'KEYSLOT', key));
+        const shards = (await client.call('CLUSTER', 'SLOTS')) as Array<[number, number, [string, number]]>;
+        return shards.find(([from, to]) => slot >= from && slot <= to)![2][1];
+      } finally {
+        client.disconnect();
+      }
+    },
+    async kill(port: number): Promise<void> {
+      const server = servers.get(port)!;
+      server.kill('SIGKILL');
+      await once(server, 'exit').catch(() => undefined);
+    },
+    /** Moves `slots` slots from one primary to another with `redis-cli --cluster reshard`. */
+    async reshard(fromPort: number, toPort: number, slots: number): Promise<void> {
+      const all = await nodes();
+      const from = all.find((node) => node.port === fromPort)!.id;
+      const to = all.find((node) => node.port === toPort)!.id;
+      await run('redis-cli', [
+        '--cluster',
+        'reshard',
+        `127.0.0.1:${toPort}`,
+        '--cluster-from',
+        from,
+        '--cluster-to',
+        to,
+        '--cluster-slots',
+        String(slots),
+        '--cluster-yes',
+        '--cluster-pipeline',
+        '50',
+      ]);
+    },
+    async close(): Promise<void> {
+      for (const server of servers.values()) server.kill('SIGKILL');
+      await Promise.all(
+        [...servers.values()].map((server) => (server.exitCode === null && server.signalCode === null ? once(server, 'exit') : undefined)),
+      );
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
