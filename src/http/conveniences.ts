@@ -96,8 +96,11 @@ export interface HeldKey extends KeyClaim {
  * limit and validation): a malformed key is a 400; a key of the network is claimed, or its first
  * answer replayed, or answered 409 while its first request runs, or 422 when it was used for another
  * body. When the answer of a request holding a claim is sent, a final one is kept for 24 hours and a
- * non-final one forgets the key (the repeat runs again). A replica that dies in between leaves the
- * claim to run out after `leaseMs`; a repeat then takes it over without making a change twice.
+ * non-final one forgets the key (the repeat runs again), unless the request's change was committed
+ * (a 500 whose database answer was lost, say): then the key stays and its claim ends at once, so a
+ * repeat takes it over and answers as that change stands without making it again. A replica that
+ * dies in between leaves the claim to run out after `leaseMs`; a repeat then takes it over the same
+ * way.
  */
 export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseMs: number, isApiKey: (value: string) => boolean) {
   const held = new WeakMap<FastifyRequest, HeldKey>();
@@ -145,7 +148,7 @@ export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseM
         await keys.release(key);
       }
     } catch (error) {
-      // The answer stands; the claim runs out by itself and a repeat then runs again.
+      // The answer stands; the claim runs out by itself and a repeat then takes it over.
       request.log.warn({ reason: (error as Error).message }, 'idempotency key not settled');
     }
     return payload;

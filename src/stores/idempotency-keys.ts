@@ -61,8 +61,13 @@ export interface IdempotencyKeys {
   claim(networkId: string, key: string, request: KeyedRequest, claimToken: string, leaseMs: number): Promise<ClaimOutcome>;
   /** Keeps a final answer for repeats; whether the claim was still this request's. */
   finish(claim: KeyClaim, answer: StoredAnswer): Promise<boolean>;
-  /** Forgets the key after an answer that is not final, so that a repeat runs again. */
-  release(claim: KeyClaim): Promise<void>;
+  /**
+   * After an answer that is not final: forgets the key, so that a repeat runs again, unless this
+   * request's change row was committed (docs/interfaces.md §11). Then the key is kept, its claim
+   * expired at once: a repeat takes it over and answers as that change stands, never making it
+   * again.
+   */
+  release(claim: KeyClaim): Promise<'forgotten' | 'kept'>;
   /** Deletes up to `batch` keys older than 24 hours, the oldest first; how many it deleted. */
   purgeExpired(batch: number): Promise<number>;
 }
@@ -129,13 +134,25 @@ export function createIdempotencyKeys(pool: DatabasePool, metrics: Metrics): Ide
 
     release: (claim) =>
       timed('release_idempotency_key', async () => {
-        await pool.one(sql.type(countRow)`
+        // The change's own statement writes change_id, fenced by the same claim. While that
+        // statement runs it holds the row, so the delete waits for it and then reads the row again
+        // as committed: a change that committed is always seen, however late its answer (or none).
+        const forgotten = await pool.one(sql.type(countRow)`
           WITH released AS (
             DELETE FROM idempotency_keys
             WHERE network_id = ${claim.networkId}::uuid AND idempotency_key = ${claim.key} AND claim_token = ${claim.claimToken}::uuid
+              AND change_id IS NULL
             RETURNING 1
           )
           SELECT count(*)::int AS n FROM released`);
+        if (forgotten.n > 0) return 'forgotten';
+        // A statement of its own, whose snapshot sees that change: the claim is expired at once.
+        const kept = await pool.maybeOne(sql.type(countRow)`
+          UPDATE idempotency_keys SET lease_until = now()
+          WHERE network_id = ${claim.networkId}::uuid AND idempotency_key = ${claim.key} AND claim_token = ${claim.claimToken}::uuid
+            AND change_id IS NOT NULL
+          RETURNING 1 AS n`);
+        return kept ? 'kept' : 'forgotten';
       }),
 
     purgeExpired: (batch) =>

@@ -289,7 +289,7 @@ describe('Idempotency-Key on the POST', () => {
     expect(await changeCount(theirs)).toBe(1);
   });
 
-  it('keeps nothing after a 500: a repeat runs again', async () => {
+  it('keeps the key after a 500 of a recorded disable: a repeat finishes it without recording it again', async () => {
     const agentId = await db.agent(networkA);
     const ids = await db.campaigns(agentId, 2);
     svc.simulator.simulator.refuse(ids.slice(0, 1));
@@ -300,7 +300,49 @@ describe('Idempotency-Key on the POST', () => {
     const repeated = await post({ agentId, enabled: false }, { 'idempotency-key': key });
     expect(repeated.statusCode).toBe(200);
     expect(repeated.headers['idempotent-replayed']).toBeUndefined();
+    expect(repeated.json()).toMatchObject({ agentId, enabled: false });
+    expect(await changeCount(agentId)).toBe(1);
+    expect(await db.pausedIds(agentId)).toEqual(new Set(ids));
+    const replayed = await post({ agentId, enabled: false }, { 'idempotency-key': key });
+    expect(replayed.headers['idempotent-replayed']).toBe('true');
+    expect(replayed.body).toBe(repeated.body);
+  });
+
+  it('a key whose disable was superseded after its 500 answers 409 on a repeat, without recording it again', async () => {
+    const agentId = await db.agent(networkA);
+    const ids = await db.campaigns(agentId, 2);
+    svc.simulator.simulator.refuse(ids.slice(0, 1));
+    const key = randomUUID();
+    expect((await post({ agentId, enabled: false }, { 'idempotency-key': key })).statusCode).toBe(500);
+    svc.simulator.simulator.refuse([]);
+    expect((await post({ agentId, enabled: true })).statusCode).toBe(200);
+    const repeated = await post({ agentId, enabled: false }, { 'idempotency-key': key });
+    expect(repeated.statusCode).toBe(409);
+    expect(problemType(repeated)).toBe('superseded');
+    expect(await db.agentApproved(agentId)).toBe(true);
     expect(await changeCount(agentId)).toBe(2);
+  });
+
+  it('release forgets a key without a change and keeps one whose change committed, its claim ended', async () => {
+    const pool = await createDatabasePool({ url: databaseUrl(), maxPoolSize: 1, statementTimeoutMs: 2_000 });
+    try {
+      const keys = createIdempotencyKeys(pool, svc.service.metrics);
+      const request = { agentId: await db.agent(networkA), enabled: true };
+      const plain = { networkId: networkA, key: randomUUID(), claimToken: randomUUID() };
+      expect(await keys.claim(plain.networkId, plain.key, request, plain.claimToken, 60_000)).toEqual({ kind: 'claimed', changeId: null });
+      expect(await keys.release(plain)).toBe('forgotten');
+      const other = { ...request, enabled: false };
+      expect((await keys.claim(plain.networkId, plain.key, other, randomUUID(), 60_000)).kind).toBe('claimed');
+
+      const changed = { networkId: networkA, key: randomUUID(), claimToken: randomUUID() };
+      await keys.claim(changed.networkId, changed.key, request, changed.claimToken, 60_000);
+      await db.pool.query('UPDATE idempotency_keys SET change_id = 42 WHERE idempotency_key = $1', [changed.key]);
+      expect(await keys.release(changed)).toBe('kept');
+      expect(await keys.claim(changed.networkId, changed.key, other, randomUUID(), 60_000)).toEqual({ kind: 'reused' });
+      expect(await keys.claim(changed.networkId, changed.key, request, randomUUID(), 60_000)).toEqual({ kind: 'claimed', changeId: '42' });
+    } finally {
+      await pool.end();
+    }
   });
 
   it('answers 400 for a malformed key (empty, too long, not ASCII, sent twice, an API key) and changes nothing', async () => {

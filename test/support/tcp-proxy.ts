@@ -9,8 +9,11 @@ import { connect, createServer, type Socket } from 'node:net';
  *   the name of a prepared statement, which travels in every Parse and Bind), that connection
  *   stops forwarding in both directions but stays open, as behind a failover without a reset or a
  *   proxy that hung. `arm()` holds one more such connection; `held()` counts those held so far.
+ *   With `answers: 'lost'` the bytes carrying the marker still reach the server (the statement runs
+ *   and commits) and only what comes back from then on is black-holed: an answer lost after the
+ *   commit.
  */
-export async function startTcpProxy(target: { host: string; port: number }, hold?: { marker: string; count: number }) {
+export async function startTcpProxy(target: { host: string; port: number }, hold?: { marker: string; count: number; answers?: 'lost' }) {
   const sockets = new Set<Socket>();
   let cut = false;
   let toHold = hold?.count ?? 0;
@@ -29,6 +32,7 @@ export async function startTcpProxy(target: { host: string; port: number }, hold
         toHold -= 1;
         held += 1;
         blackholed = true;
+        if (hold.answers === 'lost') upstream.write(chunk);
       }
       if (!blackholed) upstream.write(chunk);
     });

@@ -89,7 +89,7 @@ const ConvenienceHeaders = Type.Object({
   'idempotency-key': Type.Optional(
     Type.String({
       description:
-        'Makes the request safe to repeat for 24 hours: 1 to 255 printable ASCII characters (a UUID, say), sent once, chosen by you and scoped to your network. A repeat with the same key and the same body answers the first final answer again (200, 202, 404 or 409) with `Idempotent-Replayed: true`, without doing anything; the same key with another body is a 422; while the first request still runs, a 409 with `Retry-After`. After any other answer the key is forgotten and a repeat runs again.',
+        'Makes the request safe to repeat for 24 hours: 1 to 255 printable ASCII characters (a UUID, say), sent once, chosen by you and scoped to your network. A repeat with the same key and the same body answers the first final answer again (200, 202, 404 or 409) with `Idempotent-Replayed: true`, without doing anything; the same key with another body is a 422; while the first request still runs, a 409 with `Retry-After`. After any other answer the key is forgotten and a repeat runs again, unless the change was made before it (a disable recorded before its 500, an answer lost after the commit): then a repeat answers as that change stands and never makes it again.',
       examples: ['6f1b7f0e-3c0a-4f4e-9a55-2b1d8c7e9f10'],
     }),
   ),
