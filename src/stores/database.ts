@@ -106,7 +106,7 @@ const statusRow = z.object({
   latest_change_id: z.string(),
 });
 const idsRow = z.object({ ids: z.array(z.string()) });
-const latestRow = z.object({ found: z.boolean(), latest: z.string() });
+const latestRow = z.object({ latest: z.string() });
 const lockedRow = z.object({ locked: z.boolean() });
 const historyRow = z.object({
   change_id: z.string().nullable(),
@@ -328,7 +328,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
         if (conditions.ifMatch) {
           const ifMatch = conditions.ifMatch;
           const result = await pool.transaction(async (tx) => {
-            // No wait for the agent row here: the change lock, then the check, then the statement.
+            // No wait for the agent row here: the network with the change lock, the check, the statement.
             const verdict = await checkLatest(tx, networkId, agentId, ifMatch);
             if (verdict !== 'match') return verdict;
             return tx.maybeOne(statement);
@@ -460,9 +460,11 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
 }
 
 /**
- * Inside a conditional change's transaction: takes the agent's change lock, then (a statement of its
- * own, so that its snapshot sees every change committed before the lock was granted) compares the
- * latest change id with the ones the request accepts.
+ * Inside a conditional change's transaction: checks the network and takes the agent's change lock,
+ * then (a statement of its own, so that its snapshot sees every change committed before the lock was
+ * granted) compares the latest change with the ones the request accepts. The lock is taken only for
+ * a row of the key's network: another network's agent answers 'absent' at once, never after waiting
+ * for that agent's changes (docs/interfaces.md §10).
  */
 async function checkLatest(
   tx: CommonQueryMethods,
@@ -470,10 +472,10 @@ async function checkLatest(
   agentId: string,
   accepted: readonly string[],
 ): Promise<'match' | 'mismatch' | 'absent'> {
-  await tx.one(sql.type(lockedRow)`SELECT ${changeLock(agentId)} IS NULL AS locked`);
+  const locked = await tx.maybeOne(sql.type(lockedRow)`
+    SELECT ${changeLock(agentId)} IS NULL AS locked FROM agents WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid`);
+  if (!locked) return 'absent';
   const row = await tx.one(sql.type(latestRow)`
-    SELECT EXISTS (SELECT 1 FROM agents WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid) AS found,
-           coalesce((SELECT max(change_id) FROM agent_status_changes WHERE agent_id = ${agentId}), 0)::text AS latest`);
-  if (!row.found) return 'absent';
+    SELECT coalesce((SELECT max(change_id) FROM agent_status_changes WHERE agent_id = ${agentId}), 0)::text AS latest`);
   return accepted.includes(row.latest) ? 'match' : 'mismatch';
 }

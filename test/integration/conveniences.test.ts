@@ -501,6 +501,36 @@ describe('ETag on the status, If-Match on the POST', () => {
   });
 });
 
+describe('If-Match waits for nothing of another network', () => {
+  it("answers 404 at once for another network's agent whose changes are locked, as for an agent that exists nowhere", async () => {
+    const theirs = await db.agent(networkB);
+    const nowhere = `us-east-1:${randomUUID()}`;
+    const holdMs = 3_000;
+    // B's agent is being changed: a transaction holds its change lock (src/stores/database.ts).
+    const holder = await db.pool.connect();
+    await holder.query('BEGIN');
+    await holder.query('SELECT pg_advisory_xact_lock(1885434739, hashtext($1))', [theirs]);
+    const released = new Promise((resolve) => setTimeout(resolve, holdMs)).then(() => holder.query('ROLLBACK'));
+    try {
+      const timed = async (agentId: string, enabled: boolean) => {
+        const started = performance.now();
+        const response = await post({ agentId, enabled }, { 'if-match': '"c1"' });
+        return { status: response.statusCode, ms: performance.now() - started };
+      };
+      const reference = await timed(nowhere, false);
+      const disable = await timed(theirs, false);
+      const enable = await timed(theirs, true);
+      expect([reference.status, disable.status, enable.status]).toEqual([404, 404, 404]);
+      // Generous: a wait for the lock would take the whole hold time.
+      for (const answer of [disable, enable]) expect(answer.ms).toBeLessThan(Math.min(holdMs / 3, reference.ms * 10 + 300));
+    } finally {
+      await released;
+      holder.release();
+    }
+    expect(await changeCount(theirs)).toBe(0);
+  });
+});
+
 describe('GET /partner/agents/{agentId}/status-changes', () => {
   it('pages through more than 100 changes, newest first, nextBefore null on the last page', async () => {
     const agentId = await db.agent(networkA);
