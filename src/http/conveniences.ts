@@ -20,9 +20,13 @@ export const convenienceTexts = {
   historyQuery: 'limit must be a whole number from 1 to 100, and before a changeId (a whole number from 1).',
 } as const;
 
-/** The strong ETag naming an agent's latest change row ("c0": none yet). Opaque to partners. */
+/**
+ * The strong ETag naming an agent's latest change by its number among the agent's changes ("v0":
+ * none yet), which moves with this agent's changes only. Opaque to partners. Tags of the table-wide
+ * change id that earlier releases sent ("c…") name nothing any more: 412, never a false match.
+ */
 export function etagOf(latestChangeId: string): string {
-  return `"c${latestChangeId}"`;
+  return `"v${latestChangeId}"`;
 }
 
 /**
@@ -37,7 +41,7 @@ export function ifMatchChangeIds(value: string | string[] | undefined): string[]
   if (joined.trim() === '*') return undefined;
   const ids: string[] = [];
   for (const match of joined.matchAll(/(W\/)?"([^"]*)"/g)) {
-    const id = /^c(0|[1-9][0-9]{0,18})$/.exec(match[2]!)?.[1];
+    const id = /^v(0|[1-9][0-9]{0,18})$/.exec(match[2]!)?.[1];
     if (!match[1] && id !== undefined) ids.push(id);
   }
   return ids;

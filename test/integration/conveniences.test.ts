@@ -432,17 +432,40 @@ describe('Idempotency-Key on the POST', () => {
 });
 
 describe('ETag on the status, If-Match on the POST', () => {
-  it('names the latest change: "c0" before any, changes exactly when a change is recorded', async () => {
+  it('names the latest change: "v0" before any, changes exactly when a change is recorded', async () => {
     const agentId = await db.agent(networkA);
     const path = `/partner/agents/${agentId}/status`;
     const fresh = await get(path);
-    expect(fresh.headers.etag).toBe('"c0"');
+    expect(fresh.headers.etag).toBe('"v0"');
     expect((await get(path)).headers.etag).toBe(fresh.headers.etag);
     await post({ agentId, enabled: true });
     const after = (await get(path)).headers.etag;
-    expect(after).toMatch(/^"c[1-9][0-9]*"$/);
+    expect(after).toBe('"v1"');
     expect(after).not.toBe(fresh.headers.etag);
     expect((await get(path)).headers.etag).toBe(after);
+  });
+
+  it("another network's changes move neither the ETag nor the history's changeIds and cursors", async () => {
+    const mine = await db.agent(networkA);
+    const theirs = await db.agent(networkB);
+    const status = (agentId: string, key = keyA) => get(`/partner/agents/${agentId}/status`, key);
+    const history = async (query = '') =>
+      (await get(`/partner/agents/${mine}/status-changes${query}`)).json() as {
+        changes: { changeId: number }[];
+        nextBefore: number | null;
+      };
+    await post({ agentId: mine, enabled: false });
+    const first = String((await status(mine)).headers.etag);
+    // Network B makes 7 changes meanwhile.
+    for (let i = 0; i < 7; i += 1) expect((await post({ agentId: theirs, enabled: i % 2 === 1 }, {}, keyB)).statusCode).toBe(200);
+    expect((await status(mine)).headers.etag).toBe(first);
+    await post({ agentId: mine, enabled: true });
+    expect([first, (await status(mine)).headers.etag]).toEqual(['"v1"', '"v2"']);
+    expect((await status(theirs, keyB)).headers.etag).toBe('"v7"');
+    const page = await history('?limit=1');
+    expect(page).toMatchObject({ changes: [{ changeId: 2 }], nextBefore: 2 });
+    expect((await history(`?before=${page.nextBefore}`)).changes.map((c) => c.changeId)).toEqual([1]);
+    expect((await post({ agentId: mine, enabled: false }, { 'if-match': '"v2"' })).statusCode).toBe(200);
   });
 
   it('If-Match current, a list holding it, or * makes the change; stale or weak answers 412 and records nothing', async () => {
@@ -464,7 +487,7 @@ describe('ETag on the status, If-Match on the POST', () => {
     expect(await db.agentApproved(agentId)).toBe(true);
     expect(await pendingRow(agentId)).toBe(false);
 
-    const done = await post({ agentId, enabled: false }, { 'if-match': `"c1", ${current}` });
+    const done = await post({ agentId, enabled: false }, { 'if-match': `"v7", ${current}` });
     expect(done.statusCode).toBe(200);
     expect(done.json()).toMatchObject({ pausedCampaignCount: 2 });
     expect((await post({ agentId, enabled: true }, { 'if-match': current })).statusCode).toBe(412);
@@ -514,7 +537,7 @@ describe('If-Match waits for nothing of another network', () => {
     try {
       const timed = async (agentId: string, enabled: boolean) => {
         const started = performance.now();
-        const response = await post({ agentId, enabled }, { 'if-match': '"c1"' });
+        const response = await post({ agentId, enabled }, { 'if-match': '"v1"' });
         return { status: response.statusCode, ms: performance.now() - started };
       };
       const reference = await timed(nowhere, false);
@@ -547,12 +570,8 @@ describe('GET /partner/agents/{agentId}/status-changes', () => {
        SELECT $1, $2::uuid, i % 2 = 0, 'seeded', NULL FROM generate_series(1, 129) i`,
       [agentId, networkA],
     );
-    const { rows } = await db.pool.query(
-      'SELECT change_id::int AS id FROM agent_status_changes WHERE agent_id = $1 ORDER BY change_id DESC',
-      [agentId],
-    );
-    const all = rows.map((row) => row.id as number);
-    expect(all).toHaveLength(130);
+    // The agent's own numbering: 130 down to 1, whatever other agents did meanwhile.
+    const all = Array.from({ length: 130 }, (_, i) => 130 - i);
 
     const base = `/partner/agents/${agentId}/status-changes`;
     const first = await get(`${base}?limit=100`);
@@ -604,7 +623,7 @@ describe('404s stay byte-identical with and without each new header', () => {
     expect(plain.status).toBe(404);
     for (const headers of <Record<string, string>[]>[
       { 'idempotency-key': randomUUID() },
-      { 'if-match': '"c1"' },
+      { 'if-match': '"v1"' },
       { 'if-match': '*' },
       { prefer: 'respond-async' },
     ]) {
