@@ -72,7 +72,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     // The worker checks its claims on its own pool: it takes only what requests leave free.
     queue: createDisableQueue(workerPool, metrics),
   };
-  const idempotencyKeys = createIdempotencyKeys(requestPool, metrics);
+  const idempotencyKeys = createIdempotencyKeys(requestPool, metrics, config.limits.idempotencyKeysPerNetwork);
 
   const campaignState = resources.own(
     'campaign state',
@@ -163,7 +163,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     owner,
     metrics,
     log: logger,
-    expiredKeys: createIdempotencyKeys(workerPool, metrics),
+    expiredKeys: createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork),
   });
 
   const probe = createAgentRepository(probePool, metrics);

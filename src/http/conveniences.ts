@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest, onSendAsyncHookHandler, preHandlerAsyncHookHandler } from 'fastify';
 import type { Metrics } from '../observability/metrics.js';
-import type { IdempotencyKeys, KeyClaim } from '../stores/idempotency-keys.js';
+import { type IdempotencyKeys, idempotencyKeyDigest, type KeyClaim } from '../stores/idempotency-keys.js';
 import { problem, sendProblem } from './problems.js';
 
 /** What the partner reads in the answers of §11; none of it ever holds what the partner sent. */
@@ -15,6 +15,8 @@ export const convenienceTexts = {
     'This Idempotency-Key was used for another request (another agentId or enabled) within the last 24 hours. Use a new key for a new request.',
   keyInUse:
     'The first request with this Idempotency-Key is still being answered. Repeat after the number of seconds in Retry-After to get its answer.',
+  keyQuota:
+    'Your network holds as many Idempotency-Keys as it may (each is kept 24 hours). Nothing was changed. Repeat after the number of seconds in Retry-After, or send the request without a new key.',
   preconditionFailed:
     'The agent changed since the ETag given in If-Match (or the tag is not one this service sent). Nothing was changed or recorded; read the status again for the current ETag.',
   historyQuery: 'limit must be a whole number from 1 to 100, and before a changeId (a whole number from 1).',
@@ -85,8 +87,12 @@ export function readIdempotencyKey(rawHeaders: readonly string[]): string | 'mal
   return /^[\x20-\x7e]{1,255}$/.test(value) ? value : 'malformed';
 }
 
-/** Statuses whose answer a key keeps and replays (docs/interfaces.md §11); after any other the key is forgotten. */
-const finalStatuses = new Set([200, 202, 404, 409]);
+/**
+ * Statuses whose answer a key keeps and replays (docs/interfaces.md §11); after any other the key is
+ * forgotten. A 404 is not kept either: it changed nothing, a repeat answers it again, and keys
+ * spent on agents that are not the network's take no room.
+ */
+const finalStatuses = new Set([200, 202, 409]);
 /** The headers a replay restores besides the status and body. */
 const replayedHeaders = ['content-type', 'location', 'preference-applied'] as const;
 
@@ -113,15 +119,17 @@ export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseM
   const claim: preHandlerAsyncHookHandler = async (request, reply) => {
     const key = readIdempotencyKey(request.raw.rawHeaders);
     if (key === undefined) return;
-    // A partner key sent by mistake is never stored: refused like a malformed key, and not echoed.
+    // A value holding a partner key anywhere is never stored: refused like a malformed key, and not echoed.
     if (key === 'malformed' || isApiKey(key)) return sendProblem(reply, problem('validation', convenienceTexts.malformedKey, request.id));
     const { networkId } = request.partner!;
     const { agentId, enabled } = request.body as { agentId: string; enabled: boolean };
     const claimToken = randomUUID();
-    const outcome = await keys.claim(networkId, key, { agentId, enabled }, claimToken, leaseMs);
+    // Only the digest goes further: the partner's value is stored nowhere.
+    const digest = idempotencyKeyDigest(networkId, key);
+    const outcome = await keys.claim(networkId, digest, { agentId, enabled }, claimToken, leaseMs);
     switch (outcome.kind) {
       case 'claimed':
-        held.set(request, { networkId, key, claimToken, changeId: outcome.changeId });
+        held.set(request, { networkId, key: digest, claimToken, changeId: outcome.changeId });
         return;
       case 'replay': {
         answers('replayed').inc();
@@ -138,6 +146,12 @@ export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseM
         answers('key_reused').inc();
         request.audit.outcome = 'key_reused';
         return sendProblem(reply, problem('idempotencyKeyReused', convenienceTexts.keyReused, request.id));
+      case 'over_quota':
+        answers('key_quota').inc();
+        metrics.requestsLimited.inc({ partner: request.partner!.name, limit: 'idempotency_keys' });
+        request.audit.outcome = 'limited';
+        reply.header('retry-after', String(outcome.retryAfterSeconds));
+        return sendProblem(reply, problem('idempotencyKeyQuota', convenienceTexts.keyQuota, request.id));
     }
   };
 

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
+import { idempotencyKeyDigest } from '../../src/stores/idempotency-keys.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { startServiceProcess } from '../support/process.js';
@@ -73,7 +74,7 @@ describe('Idempotency-Key across processes', () => {
       await vi.waitFor(async () => expect(await changeCount(agentId)).toBe(1), { timeout: 10_000, interval: 20 });
       const { rows: claimed } = await db.pool.query(
         'SELECT state, change_id IS NOT NULL AS changed FROM idempotency_keys WHERE idempotency_key = $1',
-        [idempotencyKey],
+        [idempotencyKeyDigest(networkId, idempotencyKey)],
       );
       expect(claimed).toEqual([{ state: 'running', changed: true }]);
       first.child.kill('SIGKILL');
@@ -146,7 +147,7 @@ describe('Idempotency-Key of a change whose answer was lost', () => {
       expect(await db.agentApproved(agentId)).toBe(true);
       const { rows: keyRows } = await db.pool.query(
         'SELECT state, change_id IS NOT NULL AS changed, lease_until <= now() AS expired FROM idempotency_keys WHERE idempotency_key = $1',
-        [idempotencyKey],
+        [idempotencyKeyDigest(networkId, idempotencyKey)],
       );
       expect(keyRows).toEqual([{ state: 'running', changed: true, expired: true }]);
 

@@ -1,8 +1,8 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDatabasePool } from '../../src/stores/database.js';
-import { createIdempotencyKeys } from '../../src/stores/idempotency-keys.js';
+import { createIdempotencyKeys, idempotencyKeyDigest } from '../../src/stores/idempotency-keys.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { startTestService, type TestService } from '../support/service.js';
@@ -211,7 +211,7 @@ describe('Idempotency-Key on the POST', () => {
     expect(await counter('replayed')).toBe(replays + 1);
   });
 
-  it('keeps a 202 with its Location, and a 404', async () => {
+  it('keeps a 202 with its Location; a 404 is not kept', async () => {
     const agentId = await db.agent(networkA);
     await db.campaigns(agentId, 150);
     const key = randomUUID();
@@ -229,8 +229,9 @@ describe('Idempotency-Key on the POST', () => {
     expect(missing.statusCode).toBe(404);
     const missingAgain = await post({ agentId: nowhere, enabled: true }, { 'idempotency-key': key.slice(0, 30) });
     expect(missingAgain.statusCode).toBe(404);
-    expect(missingAgain.headers['idempotent-replayed']).toBe('true');
-    expect(missingAgain.body).toBe(missing.body);
+    expect(missingAgain.headers['idempotent-replayed']).toBeUndefined();
+    const { rows } = await db.pool.query('SELECT 1 FROM idempotency_keys WHERE network_id = $1 AND agent_id = $2', [networkA, nowhere]);
+    expect(rows).toEqual([]);
     await vi.waitFor(async () => expect(await pendingRow(agentId)).toBe(false), { timeout: 20_000, interval: 100 });
   });
 
@@ -326,7 +327,7 @@ describe('Idempotency-Key on the POST', () => {
   it('release forgets a key without a change and keeps one whose change committed, its claim ended', async () => {
     const pool = await createDatabasePool({ url: databaseUrl(), maxPoolSize: 1, statementTimeoutMs: 2_000 });
     try {
-      const keys = createIdempotencyKeys(pool, svc.service.metrics);
+      const keys = createIdempotencyKeys(pool, svc.service.metrics, 50_000);
       const request = { agentId: await db.agent(networkA), enabled: true };
       const plain = { networkId: networkA, key: randomUUID(), claimToken: randomUUID() };
       expect(await keys.claim(plain.networkId, plain.key, request, plain.claimToken, 60_000)).toEqual({ kind: 'claimed', changeId: null });
@@ -347,7 +348,8 @@ describe('Idempotency-Key on the POST', () => {
 
   it('answers 400 for a malformed key (empty, too long, not ASCII, sent twice, an API key) and changes nothing', async () => {
     const agentId = await db.agent(networkA);
-    for (const key of ['', 'x'.repeat(256), 'clé', ['one', 'two'], keyB]) {
+    // An API key anywhere in it too, whoever's: `Bearer <key>`, a key with a suffix.
+    for (const key of ['', 'x'.repeat(256), 'clé', ['one', 'two'], keyB, `Bearer ${keyB}`, `${keyA}-retry-2`]) {
       const response = await post({ agentId, enabled: false }, { 'idempotency-key': key });
       expect(response.statusCode, String(key)).toBe(400);
       expect(problemType(response)).toBe('validation');
@@ -362,7 +364,9 @@ describe('Idempotency-Key on the POST', () => {
     const agentId = await db.agent(networkA);
     const key = randomUUID();
     expect((await post({ agentId, enabled: true }, { 'idempotency-key': key })).statusCode).toBe(200);
-    await db.pool.query("UPDATE idempotency_keys SET created_at = now() - interval '24 hours 1 second' WHERE idempotency_key = $1", [key]);
+    await db.pool.query("UPDATE idempotency_keys SET created_at = now() - interval '24 hours 1 second' WHERE idempotency_key = $1", [
+      idempotencyKeyDigest(networkA, key),
+    ]);
     const again = await post({ agentId, enabled: true }, { 'idempotency-key': key });
     expect(again.headers['idempotent-replayed']).toBeUndefined();
     expect(await changeCount(agentId)).toBe(2);
@@ -377,7 +381,7 @@ describe('Idempotency-Key on the POST', () => {
     await db.pool.query(
       `UPDATE idempotency_keys SET state = 'running', status = NULL, body = NULL, headers = NULL,
          claim_token = gen_random_uuid(), lease_until = now() - interval '1 second' WHERE idempotency_key = $1`,
-      [key],
+      [idempotencyKeyDigest(networkA, key)],
     );
     expect((await post({ agentId, enabled: false })).statusCode).toBe(200);
     const repeat = await post({ agentId, enabled: true }, { 'idempotency-key': key });
@@ -416,7 +420,7 @@ describe('Idempotency-Key on the POST', () => {
     );
     const pool = await createDatabasePool({ url: databaseUrl(), maxPoolSize: 1, statementTimeoutMs: 2_000 });
     try {
-      const keys = createIdempotencyKeys(pool, svc.service.metrics);
+      const keys = createIdempotencyKeys(pool, svc.service.metrics, 50_000);
       const batches: number[] = [];
       for (;;) {
         batches.push(await keys.purgeExpired(500));
@@ -428,6 +432,91 @@ describe('Idempotency-Key on the POST', () => {
     }
     const { rows } = await db.pool.query('SELECT idempotency_key FROM idempotency_keys WHERE network_id = $1', [network]);
     expect(rows).toEqual([{ idempotency_key: 'fresh' }]);
+  });
+});
+
+describe('Idempotency-Keys: stored hashed, a quota per network', () => {
+  it('stores a digest of network and key, never the value sent', async () => {
+    const agentId = await db.agent(networkA);
+    const key = `order-${randomUUID()}`;
+    expect((await post({ agentId, enabled: true }, { 'idempotency-key': key })).statusCode).toBe(200);
+    const { rows } = await db.pool.query('SELECT idempotency_key FROM idempotency_keys WHERE agent_id = $1', [agentId]);
+    const digest = `sha256:${createHash('sha256').update(`${networkA}\n${key}`).digest('hex')}`;
+    expect(rows).toEqual([{ idempotency_key: digest }]);
+    const { rows: plain } = await db.pool.query(
+      "SELECT 1 FROM idempotency_keys WHERE idempotency_key = $1 OR coalesce(body, '') LIKE '%' || $1 || '%'",
+      [key],
+    );
+    expect(plain).toEqual([]);
+    expect((await post({ agentId, enabled: true }, { 'idempotency-key': key })).headers['idempotent-replayed']).toBe('true');
+  });
+
+  it('past IDEMPOTENCY_KEYS_PER_NETWORK a new key answers 429 with Retry-After and changes nothing; kept keys, other networks and keyless requests go on', async () => {
+    const network = await db.network();
+    const other = await db.network();
+    const [key, otherKey] = [newApiKey(), newApiKey()];
+    const quotaSvc = await startTestService({
+      partners: [
+        { key, networkId: network, name: 'conv-quota' },
+        { key: otherKey, networkId: other, name: 'conv-quota-other' },
+      ],
+      env: { IDEMPOTENCY_KEYS_PER_NETWORK: '3', RATE_LIMIT_MAX: '0' },
+    });
+    try {
+      const send = (agentId: string, idempotencyKey: string | undefined, apiKey = key) =>
+        post({ agentId, enabled: true }, idempotencyKey ? { 'idempotency-key': idempotencyKey } : {}, apiKey, quotaSvc);
+      const agentId = await db.agent(network);
+      const keys = [randomUUID(), randomUUID(), randomUUID()];
+      // A 404 takes no room: three keys fit after it.
+      expect((await send(`us-east-1:${randomUUID()}`, randomUUID())).statusCode).toBe(404);
+      for (const k of keys) expect((await send(agentId, k)).statusCode).toBe(200);
+      expect(await changeCount(agentId)).toBe(3);
+
+      const refused = await send(agentId, randomUUID());
+      expect(refused.statusCode).toBe(429);
+      expect(problemType(refused)).toBe('idempotency-key-quota');
+      expect(refused.headers['retry-after']).toBe('60');
+      expect(await changeCount(agentId)).toBe(3);
+      // What the network holds still answers, and so does a request without a key; other networks have their own room.
+      expect((await send(agentId, keys[0])).headers['idempotent-replayed']).toBe('true');
+      expect((await send(agentId, undefined)).statusCode).toBe(200);
+      expect((await send(await db.agent(other), randomUUID(), otherKey)).statusCode).toBe(200);
+
+      // A key that expires and is purged makes room again.
+      await db.pool.query(
+        "UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE network_id = $1 AND agent_id = $2 AND status = 200 AND ctid = (SELECT min(ctid) FROM idempotency_keys WHERE network_id = $1)",
+        [network, agentId],
+      );
+      const pool = await createDatabasePool({ url: databaseUrl(), maxPoolSize: 1, statementTimeoutMs: 2_000 });
+      try {
+        expect(await createIdempotencyKeys(pool, svc.service.metrics, 3).purgeExpired(100)).toBeGreaterThanOrEqual(1);
+      } finally {
+        await pool.end();
+      }
+      expect((await send(agentId, randomUUID())).statusCode).toBe(200);
+      expect((await send(agentId, randomUUID())).statusCode).toBe(429);
+    } finally {
+      await quotaSvc.close();
+    }
+  });
+
+  it('counts again exactly before refusing: keys removed behind its back do not hold a network at its quota', async () => {
+    const network = await db.network();
+    const key = newApiKey();
+    const quotaSvc = await startTestService({
+      partners: [{ key, networkId: network, name: 'conv-recount' }],
+      env: { IDEMPOTENCY_KEYS_PER_NETWORK: '2', RATE_LIMIT_MAX: '0' },
+    });
+    try {
+      const agentId = await db.agent(network);
+      const send = () => post({ agentId, enabled: true }, { 'idempotency-key': randomUUID() }, key, quotaSvc);
+      for (let i = 0; i < 2; i += 1) expect((await send()).statusCode).toBe(200);
+      // An SRE deletes the network's keys by hand: the count says 2, the table holds none.
+      await db.pool.query('DELETE FROM idempotency_keys WHERE network_id = $1', [network]);
+      expect((await send()).statusCode).toBe(200);
+    } finally {
+      await quotaSvc.close();
+    }
   });
 });
 
@@ -519,7 +608,9 @@ describe('ETag on the status, If-Match on the POST', () => {
     // A 412 is not final: the key is forgotten.
     const refusedKey = randomUUID();
     expect((await post({ agentId, enabled: false }, { 'if-match': tag, 'idempotency-key': refusedKey })).statusCode).toBe(412);
-    const { rows } = await db.pool.query('SELECT 1 FROM idempotency_keys WHERE idempotency_key = $1', [refusedKey]);
+    const { rows } = await db.pool.query('SELECT 1 FROM idempotency_keys WHERE idempotency_key = $1', [
+      idempotencyKeyDigest(networkA, refusedKey),
+    ]);
     expect(rows).toEqual([]);
   });
 });

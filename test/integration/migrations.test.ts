@@ -183,4 +183,29 @@ describe('migrations on a live database', () => {
       await client.end();
     }
   });
+
+  it('hashes the Idempotency-Keys written before 014 as the service does, once, and counts them per network', async () => {
+    const { idempotencyKeyDigest } = await import('../../src/stores/idempotency-keys.js');
+    const client = new pg.Client({ connectionString: databaseUrl });
+    await client.connect();
+    try {
+      const network = randomUUID();
+      await client.query(
+        `INSERT INTO idempotency_keys (network_id, idempotency_key, agent_id, enabled, state)
+         VALUES ($1, 'plain-1', 'us-east-1:x', true, 'done'), ($1, 'Bearer something', 'us-east-1:x', true, 'done')`,
+        [network],
+      );
+      const migration = readFileSync(`${migrationsDir}014.do.sql`, 'utf8');
+      await client.query(migration);
+      await client.query(migration);
+      const { rows } = await client.query('SELECT idempotency_key FROM idempotency_keys WHERE network_id = $1 ORDER BY 1', [network]);
+      expect(rows.map((row) => row.idempotency_key)).toEqual(
+        [idempotencyKeyDigest(network, 'plain-1'), idempotencyKeyDigest(network, 'Bearer something')].sort(),
+      );
+      const counts = await client.query('SELECT live FROM idempotency_key_counts WHERE network_id = $1', [network]);
+      expect(counts.rows).toEqual([{ live: 2 }]);
+    } finally {
+      await client.end();
+    }
+  });
 });
