@@ -58,6 +58,8 @@ export interface LimitSettings {
   overloadMaxEventLoopDelayMs: number;
   /** Event-loop utilisation (percent, last second) from which requests without a valid key are shed first; 100 never. */
   overloadUnauthenticatedUtilizationPercent: number;
+  /** Idempotency-Keys one network may hold at once (each kept 24 hours); past it a new key gets 429. */
+  idempotencyKeysPerNetwork: number;
 }
 
 /** How one disable pauses its campaigns. */
@@ -234,6 +236,7 @@ function readConfig(env: Env): Config {
       requestDeadlineMs: integer(env, 'REQUEST_DEADLINE_MS', 25_000, 1_000, 600_000),
       overloadMaxEventLoopDelayMs: integer(env, 'OVERLOAD_MAX_EVENT_LOOP_DELAY_MS', 200, 10, 60_000),
       overloadUnauthenticatedUtilizationPercent: integer(env, 'OVERLOAD_UNAUTHENTICATED_UTILIZATION_PERCENT', 50, 1, 100),
+      idempotencyKeysPerNetwork: integer(env, 'IDEMPOTENCY_KEYS_PER_NETWORK', 50_000, 1, 10_000_000),
     },
     pipeline: {
       // A disable alone in the replica may use every spend-management slot (the scheduler shares

@@ -75,7 +75,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     queue: createDisableQueue(workerPool, metrics),
     sentPauses: createSentPauses(workerPool, metrics),
   };
-  const idempotencyKeys = createIdempotencyKeys(requestPool, metrics);
+  const idempotencyKeys = createIdempotencyKeys(requestPool, metrics, config.limits.idempotencyKeysPerNetwork);
 
   const campaignState = resources.own(
     'campaign state',
@@ -177,7 +177,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     owner,
     metrics,
     log: logger,
-    expiredKeys: createIdempotencyKeys(workerPool, metrics),
+    expiredKeys: createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork),
   });
 
   const probe = createAgentRepository(probePool, metrics);

@@ -151,7 +151,7 @@ test.describe('ETag and If-Match', () => {
     expect(plain.status).toBe(404);
     for (const headers of <Record<string, string>[]>[
       {},
-      { 'if-match': '"c1"' },
+      { 'if-match': '"v1"' },
       { prefer: 'respond-async' },
       { 'idempotency-key': randomUUID() },
     ]) {

@@ -166,6 +166,11 @@ export class PartnerKeyStore {
     return this.#keys?.has(hashKey(candidate)) ?? false;
   }
 
+  /** Whether a string is or holds one of the set's keys anywhere in it (`Bearer <key>`, say). */
+  holdsAnywhere(text: string): boolean {
+    return this.holds(text) || this.#finder.find(text).length > 0;
+  }
+
   /** The entries, for the metrics that describe the set (names and expiries, never keys). */
   entries(): Iterable<KeyEntry> {
     return this.#keys?.values() ?? [];

@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest, onSendAsyncHookHandler, preHandlerAsyncHookHandler } from 'fastify';
 import type { Metrics } from '../observability/metrics.js';
-import type { IdempotencyKeys, KeyClaim } from '../stores/idempotency-keys.js';
+import { type IdempotencyKeys, idempotencyKeyDigest, type KeyClaim } from '../stores/idempotency-keys.js';
 import { problem, sendProblem } from './problems.js';
 
 /** What the partner reads in the answers of §11; none of it ever holds what the partner sent. */
@@ -15,14 +15,20 @@ export const convenienceTexts = {
     'This Idempotency-Key was used for another request (another agentId or enabled) within the last 24 hours. Use a new key for a new request.',
   keyInUse:
     'The first request with this Idempotency-Key is still being answered. Repeat after the number of seconds in Retry-After to get its answer.',
+  keyQuota:
+    'Your network holds as many Idempotency-Keys as it may (each is kept 24 hours). Nothing was changed. Repeat after the number of seconds in Retry-After, or send the request without a new key.',
   preconditionFailed:
     'The agent changed since the ETag given in If-Match (or the tag is not one this service sent). Nothing was changed or recorded; read the status again for the current ETag.',
   historyQuery: 'limit must be a whole number from 1 to 100, and before a changeId (a whole number from 1).',
 } as const;
 
-/** The strong ETag naming an agent's latest change row ("c0": none yet). Opaque to partners. */
+/**
+ * The strong ETag naming an agent's latest change by its number among the agent's changes ("v0":
+ * none yet), which moves with this agent's changes only. Opaque to partners. Tags of the table-wide
+ * change id that earlier releases sent ("c…") name nothing any more: 412, never a false match.
+ */
 export function etagOf(latestChangeId: string): string {
-  return `"c${latestChangeId}"`;
+  return `"v${latestChangeId}"`;
 }
 
 /**
@@ -37,7 +43,7 @@ export function ifMatchChangeIds(value: string | string[] | undefined): string[]
   if (joined.trim() === '*') return undefined;
   const ids: string[] = [];
   for (const match of joined.matchAll(/(W\/)?"([^"]*)"/g)) {
-    const id = /^c(0|[1-9][0-9]{0,18})$/.exec(match[2]!)?.[1];
+    const id = /^v(0|[1-9][0-9]{0,18})$/.exec(match[2]!)?.[1];
     if (!match[1] && id !== undefined) ids.push(id);
   }
   return ids;
@@ -81,8 +87,12 @@ export function readIdempotencyKey(rawHeaders: readonly string[]): string | 'mal
   return /^[\x20-\x7e]{1,255}$/.test(value) ? value : 'malformed';
 }
 
-/** Statuses whose answer a key keeps and replays (docs/interfaces.md §11); after any other the key is forgotten. */
-const finalStatuses = new Set([200, 202, 404, 409]);
+/**
+ * Statuses whose answer a key keeps and replays (docs/interfaces.md §11); after any other the key is
+ * forgotten. A 404 is not kept either: it changed nothing, a repeat answers it again, and keys
+ * spent on agents that are not the network's take no room.
+ */
+const finalStatuses = new Set([200, 202, 409]);
 /** The headers a replay restores besides the status and body. */
 const replayedHeaders = ['content-type', 'location', 'preference-applied'] as const;
 
@@ -96,8 +106,11 @@ export interface HeldKey extends KeyClaim {
  * limit and validation): a malformed key is a 400; a key of the network is claimed, or its first
  * answer replayed, or answered 409 while its first request runs, or 422 when it was used for another
  * body. When the answer of a request holding a claim is sent, a final one is kept for 24 hours and a
- * non-final one forgets the key (the repeat runs again). A replica that dies in between leaves the
- * claim to run out after `leaseMs`; a repeat then takes it over without making a change twice.
+ * non-final one forgets the key (the repeat runs again), unless the request's change was committed
+ * (a 500 whose database answer was lost, say): then the key stays and its claim ends at once, so a
+ * repeat takes it over and answers as that change stands without making it again. A replica that
+ * dies in between leaves the claim to run out after `leaseMs`; a repeat then takes it over the same
+ * way.
  */
 export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseMs: number, isApiKey: (value: string) => boolean) {
   const held = new WeakMap<FastifyRequest, HeldKey>();
@@ -106,15 +119,17 @@ export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseM
   const claim: preHandlerAsyncHookHandler = async (request, reply) => {
     const key = readIdempotencyKey(request.raw.rawHeaders);
     if (key === undefined) return;
-    // A partner key sent by mistake is never stored: refused like a malformed key, and not echoed.
+    // A value holding a partner key anywhere is never stored: refused like a malformed key, and not echoed.
     if (key === 'malformed' || isApiKey(key)) return sendProblem(reply, problem('validation', convenienceTexts.malformedKey, request.id));
     const { networkId } = request.partner!;
     const { agentId, enabled } = request.body as { agentId: string; enabled: boolean };
     const claimToken = randomUUID();
-    const outcome = await keys.claim(networkId, key, { agentId, enabled }, claimToken, leaseMs);
+    // Only the digest goes further: the partner's value is stored nowhere.
+    const digest = idempotencyKeyDigest(networkId, key);
+    const outcome = await keys.claim(networkId, digest, { agentId, enabled }, claimToken, leaseMs);
     switch (outcome.kind) {
       case 'claimed':
-        held.set(request, { networkId, key, claimToken, changeId: outcome.changeId });
+        held.set(request, { networkId, key: digest, claimToken, changeId: outcome.changeId });
         return;
       case 'replay': {
         answers('replayed').inc();
@@ -131,6 +146,12 @@ export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseM
         answers('key_reused').inc();
         request.audit.outcome = 'key_reused';
         return sendProblem(reply, problem('idempotencyKeyReused', convenienceTexts.keyReused, request.id));
+      case 'over_quota':
+        answers('key_quota').inc();
+        metrics.requestsLimited.inc({ partner: request.partner!.name, limit: 'idempotency_keys' });
+        request.audit.outcome = 'limited';
+        reply.header('retry-after', String(outcome.retryAfterSeconds));
+        return sendProblem(reply, problem('idempotencyKeyQuota', convenienceTexts.keyQuota, request.id));
     }
   };
 
@@ -145,7 +166,7 @@ export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseM
         await keys.release(key);
       }
     } catch (error) {
-      // The answer stands; the claim runs out by itself and a repeat then runs again.
+      // The answer stands; the claim runs out by itself and a repeat then takes it over.
       request.log.warn({ reason: (error as Error).message }, 'idempotency key not settled');
     }
     return payload;

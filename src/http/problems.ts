@@ -32,6 +32,7 @@ export const problemTypes = {
   expectationFailed: { status: 417, title: 'Expectation failed' },
   rateLimited: { status: 429, title: 'Rate limit exceeded' },
   tooManyDisables: { status: 429, title: 'Too many disables in flight' },
+  idempotencyKeyQuota: { status: 429, title: 'Too many idempotency keys' },
   dependencyFailure: { status: 500, title: 'Dependency failure' },
   internal: { status: 500, title: 'Internal error' },
   unavailable: { status: 503, title: 'Service unavailable' },

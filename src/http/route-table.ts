@@ -103,7 +103,7 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
       guard,
       requestDeadlineMs: deps.limits.requestDeadlineMs,
       idempotencyKeys: deps.idempotencyKeys,
-      isApiKey: (value) => keyStore.holds(value),
+      isApiKey: (value) => keyStore.holdsAnywhere(value),
     });
     await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus, guard });
     await partnerApi.register(statusChangesRoute, { agentStatus: deps.agentStatus, guard });

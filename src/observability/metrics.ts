@@ -185,13 +185,13 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
     }),
     requestsLimited: new Counter({
       name: 'partner_requests_limited_total',
-      help: 'Requests answered 429, by partner and limit (rate: requests per window; disables_in_flight: concurrent disables).',
+      help: 'Requests answered 429, by partner and limit (rate: requests per window; disables_in_flight: concurrent disables; idempotency_keys: the network holds its quota of Idempotency-Keys).',
       labelNames: ['partner', 'limit'] as const,
       registers: [registry],
     }),
     convenienceAnswers: new Counter({
       name: 'partner_convenience_answers_total',
-      help: 'Answers shaped by the partner conveniences, by route and answer (replayed: an Idempotency-Key repeat; key_in_use: 409; key_reused: 422; precondition_failed: 412 to If-Match; accepted: 202 to Prefer: respond-async).',
+      help: 'Answers shaped by the partner conveniences, by route and answer (replayed: an Idempotency-Key repeat; key_in_use: 409; key_reused: 422; key_quota: 429, the network holds its quota of keys; precondition_failed: 412 to If-Match; accepted: 202 to Prefer: respond-async).',
       labelNames: ['route', 'answer'] as const,
       registers: [registry],
     }),
@@ -235,7 +235,7 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   for (const dependency of ['spend_management', 'redis', 'postgres']) metrics.campaignsNotConfirmed.inc({ dependency }, 0);
   for (const status of ['401', '403']) metrics.spendManagementAuthFailures.inc({ status }, 0);
   metrics.rateLimitStoreErrors.inc(0);
-  for (const answer of ['replayed', 'key_in_use', 'key_reused', 'precondition_failed', 'accepted']) {
+  for (const answer of ['replayed', 'key_in_use', 'key_reused', 'key_quota', 'precondition_failed', 'accepted']) {
     metrics.convenienceAnswers.inc({ route: 'POST /partner/agents/status', answer }, 0);
   }
   metrics.requestsShed.inc(0);

@@ -107,7 +107,7 @@ const statusRow = z.object({
   latest_change_id: z.string(),
 });
 const idsRow = z.object({ ids: z.array(z.string()) });
-const latestRow = z.object({ found: z.boolean(), latest: z.string() });
+const latestRow = z.object({ latest: z.string() });
 const lockedRow = z.object({ locked: z.boolean() });
 const historyRow = z.object({
   change_id: z.string().nullable(),
@@ -157,7 +157,8 @@ export interface AgentStatusView {
 
 /**
  * What a status change may additionally be bound to (docs/interfaces.md §11). `ifMatch`: the change
- * is made only while the agent's latest change row is one of these ids ('0': the agent has none);
+ * is made only while the agent's latest change is one of these numbers (its number among the
+ * agent's changes, migration 011; '0': the agent has none);
  * the check and the change are one transaction, serialised with every other change of the agent.
  * `keyClaim`: the idempotency key this request holds; the change's statement records its change id
  * there, fenced by the claim.
@@ -208,9 +209,12 @@ export interface AgentRepository {
     batchSize: number,
     conditions?: ChangeConditions,
   ): Promise<DisableOutcome | undefined | 'precondition_failed'>;
-  /** The status, and the id of the agent's latest change row ('0' when it has none). */
+  /** The status, and the number of the agent's latest change among its changes ('0' when it has none). */
   readStatus(networkId: string, agentId: string): Promise<(AgentStatusView & { latestChangeId: string }) | undefined>;
-  /** Up to `limit` change rows of the agent before the change `before` (null: the latest), newest first; undefined: not in the network. */
+  /**
+   * Up to `limit` change rows of the agent numbered below `before` (null: from the latest), newest
+   * first, each with its number among the agent's changes as its changeId; undefined: not in the network.
+   */
   statusChanges(networkId: string, agentId: string, before: string | null, limit: number): Promise<StatusChangeRow[] | undefined>;
   /** The agent's next active, unpaused campaigns after `after`, in campaign order. A read only. */
   nextBatch(agentId: string, after: string | null, batchSize: number): Promise<string[]>;
@@ -237,8 +241,9 @@ export const seconds = (ms: number) => sql.fragment`make_interval(secs => ${ms /
 /**
  * The transaction-level advisory lock that serialises the changes of one agent (class 1885434739,
  * the agent id's hash): every statement that appends a change row takes it before the row gets its
- * id and holds it to its commit, so an agent's change ids are committed in their order (the ETag,
- * the latest id, only grows) and a conditional change sees every change committed before it.
+ * id and holds it to its commit, so an agent's change ids and numbers (migration 011's trigger, in
+ * the same statement) are committed in their order (the ETag, the latest number, only grows) and a
+ * conditional change sees every change committed before it.
  * Nothing that holds it waits for anything else: an enable takes it only once it has the agent row.
  */
 const changeLock = (agentId: string) => sql.fragment`pg_advisory_xact_lock(1885434739, hashtext(${agentId}))`;
@@ -337,7 +342,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
         if (conditions.ifMatch) {
           const ifMatch = conditions.ifMatch;
           const result = await pool.transaction(async (tx) => {
-            // No wait for the agent row here: the change lock, then the check, then the statement.
+            // No wait for the agent row here: the network with the change lock, the check, the statement.
             const verdict = await checkLatest(tx, networkId, agentId, ifMatch);
             if (verdict !== 'match') return verdict;
             return tx.maybeOne(statement);
@@ -359,7 +364,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
           SELECT a.agent_id, a.network_id::text AS network_id, a.agent_approved,
                  (SELECT count(*) FROM campaigns c WHERE ${unpausedOf(agentId)})::int AS active_unpaused,
                  EXISTS (SELECT 1 FROM pending_disables p WHERE p.agent_id = a.agent_id) AS in_progress,
-                 coalesce((SELECT max(s.change_id) FROM agent_status_changes s WHERE s.agent_id = a.agent_id), 0)::text AS latest_change_id
+                 coalesce((SELECT k.last_seq FROM agent_change_counters k WHERE k.agent_id = a.agent_id), 0)::text AS latest_change_id
           FROM agents a
           WHERE a.agent_id = ${agentId} AND a.network_id = ${networkId}::uuid`);
         return row
@@ -378,18 +383,18 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
       timed('read_status_changes', async () => {
         // coalesce, not "$before IS NULL OR …": a generic plan keeps coalesce as an index condition.
         const rows = await pool.any(sql.prepared('pas_read_status_changes', historyRow)`
-          SELECT s.change_id::text AS change_id, s.enabled, s.partner_name, s.request_id,
+          SELECT s.agent_seq::text AS change_id, s.enabled, s.partner_name, s.request_id,
                  to_char(s.changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS changed_at
           FROM agents a
           LEFT JOIN LATERAL (
             SELECT * FROM agent_status_changes c
             WHERE c.agent_id = a.agent_id AND c.network_id = a.network_id
-              AND c.change_id < coalesce(${before}::bigint, 9223372036854775807)
-            ORDER BY c.change_id DESC
+              AND c.agent_seq < coalesce(${before}::bigint, 9223372036854775807)
+            ORDER BY c.agent_seq DESC
             LIMIT ${limit}
           ) s ON true
           WHERE a.agent_id = ${agentId} AND a.network_id = ${networkId}::uuid
-          ORDER BY s.change_id DESC`);
+          ORDER BY s.agent_seq DESC`);
         if (rows.length === 0) return undefined;
         return rows.flatMap((row) =>
           row.change_id === null
@@ -477,9 +482,11 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
 }
 
 /**
- * Inside a conditional change's transaction: takes the agent's change lock, then (a statement of its
- * own, so that its snapshot sees every change committed before the lock was granted) compares the
- * latest change id with the ones the request accepts.
+ * Inside a conditional change's transaction: checks the network and takes the agent's change lock,
+ * then (a statement of its own, so that its snapshot sees every change committed before the lock was
+ * granted) compares the latest change with the ones the request accepts. The lock is taken only for
+ * a row of the key's network: another network's agent answers 'absent' at once, never after waiting
+ * for that agent's changes (docs/interfaces.md §10).
  */
 async function checkLatest(
   tx: CommonQueryMethods,
@@ -487,10 +494,10 @@ async function checkLatest(
   agentId: string,
   accepted: readonly string[],
 ): Promise<'match' | 'mismatch' | 'absent'> {
-  await tx.one(sql.type(lockedRow)`SELECT ${changeLock(agentId)} IS NULL AS locked`);
+  const locked = await tx.maybeOne(sql.type(lockedRow)`
+    SELECT ${changeLock(agentId)} IS NULL AS locked FROM agents WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid`);
+  if (!locked) return 'absent';
   const row = await tx.one(sql.type(latestRow)`
-    SELECT EXISTS (SELECT 1 FROM agents WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid) AS found,
-           coalesce((SELECT max(change_id) FROM agent_status_changes WHERE agent_id = ${agentId}), 0)::text AS latest`);
-  if (!row.found) return 'absent';
+    SELECT coalesce((SELECT last_seq FROM agent_change_counters WHERE agent_id = ${agentId}), 0)::text AS latest`);
   return accepted.includes(row.latest) ? 'match' : 'mismatch';
 }

@@ -1,13 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
+import { idempotencyKeyDigest } from '../../src/stores/idempotency-keys.js';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { databaseUrl } from '../support/database-url.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
+import { startTcpProxy } from '../support/tcp-proxy.js';
 
 // docs/interfaces.md §11 at the level of whole processes: the built service (as `npm start` runs
-// it) killed between recording an Idempotency-Key and answering, then asked again; and a kept
-// answer replayed by a process started afterwards.
+// it) killed between recording an Idempotency-Key and answering, then asked again; a kept answer
+// replayed by a process started afterwards; and a change whose database answer was lost after its
+// commit, repeated after another request changed the agent.
 const db = testDatabase();
 const key = newApiKey();
 let sim: SpendSimulator['simulator'];
@@ -70,7 +74,7 @@ describe('Idempotency-Key across processes', () => {
       await vi.waitFor(async () => expect(await changeCount(agentId)).toBe(1), { timeout: 10_000, interval: 20 });
       const { rows: claimed } = await db.pool.query(
         'SELECT state, change_id IS NOT NULL AS changed FROM idempotency_keys WHERE idempotency_key = $1',
-        [idempotencyKey],
+        [idempotencyKeyDigest(networkId, idempotencyKey)],
       );
       expect(claimed).toEqual([{ state: 'running', changed: true }]);
       first.child.kill('SIGKILL');
@@ -112,6 +116,69 @@ describe('Idempotency-Key across processes', () => {
     } finally {
       sim.setMode('ok');
       await Promise.all([first?.stop(), second?.stop()]);
+    }
+  });
+});
+
+describe('Idempotency-Key of a change whose answer was lost', () => {
+  it("an enable committed, its answer lost (500), another request disables: the retry with the key answers the enable's 200 and enables nothing again", {
+    timeout: 60_000,
+  }, async () => {
+    // Every connection of the service goes through the proxy; the one that carries the enable's
+    // statement forwards it (it runs and commits) and black-holes everything PostgreSQL answers.
+    const target = new URL(databaseUrl());
+    const proxy = await startTcpProxy(
+      { host: target.hostname, port: Number(target.port || 5432) },
+      { marker: 'pas_enable_agent', count: 1, answers: 'lost' },
+    );
+    const proxied = new URL(databaseUrl());
+    proxied.hostname = '127.0.0.1';
+    proxied.port = String(proxy.port);
+    let service: ServiceProcess | undefined;
+    try {
+      service = await startServiceProcess({ ...env, DATABASE_URL: proxied.toString() });
+      const agentId = await db.agent(networkId, { approved: false });
+      const idempotencyKey = randomUUID();
+
+      const lost = await setStatus(service, agentId, true, idempotencyKey);
+      expect(lost.status).toBe(500);
+      expect(proxy.held()).toBe(1);
+      // The enable committed all the same, and its key still names the change.
+      expect(await db.agentApproved(agentId)).toBe(true);
+      const { rows: keyRows } = await db.pool.query(
+        'SELECT state, change_id IS NOT NULL AS changed, lease_until <= now() AS expired FROM idempotency_keys WHERE idempotency_key = $1',
+        [idempotencyKeyDigest(networkId, idempotencyKey)],
+      );
+      expect(keyRows).toEqual([{ state: 'running', changed: true, expired: true }]);
+
+      // Another operator disables the agent (no Idempotency-Key).
+      const disabled = await fetch(`${service.baseUrl}/partner/agents/status`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-api-key': key },
+        body: JSON.stringify({ agentId, enabled: false }),
+      });
+      expect(disabled.status).toBe(200);
+
+      // The retry answers as the enable stands (its 200, computed now: not a replay of a kept
+      // answer) and makes no second change.
+      const retry = await setStatus(service, agentId, true, idempotencyKey);
+      expect(retry.status).toBe(200);
+      expect(retry.headers.get('idempotent-replayed')).toBeNull();
+      expect(await retry.json()).toEqual({ agentId, networkId, enabled: true, pausedCampaignCount: 0 });
+      expect(await db.agentApproved(agentId)).toBe(false);
+      const { rows: changes } = await db.pool.query('SELECT enabled FROM agent_status_changes WHERE agent_id = $1 ORDER BY change_id', [
+        agentId,
+      ]);
+      expect(changes).toEqual([{ enabled: true }, { enabled: false }]);
+
+      // From then on the answer is kept and replayed.
+      const replay = await setStatus(service, agentId, true, idempotencyKey);
+      expect(replay.status).toBe(200);
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(await db.agentApproved(agentId)).toBe(false);
+    } finally {
+      await service?.stop();
+      await proxy.close();
     }
   });
 });

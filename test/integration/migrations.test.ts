@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import pg from 'pg';
@@ -11,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
  * once (two pods, or a hook and a developer) still apply each migration exactly once.
  */
 const root = fileURLToPath(new URL('../..', import.meta.url));
+const migrationsDir = `${root}src/db/migrations/`;
 const run = promisify(execFile);
 const database = `pas_migrate_${randomBytes(4).toString('hex')}`;
 let databaseUrl: string;
@@ -50,7 +52,7 @@ async function schemaSnapshot(): Promise<{ versions: string[]; objects: string[]
   await client.connect();
   try {
     const versions = await client.query<{ version: string }>(
-      'SELECT v.version::text FROM partner_agent_status_schema_version v ORDER BY v.version',
+      'SELECT version::text FROM partner_agent_status_schema_version ORDER BY version::bigint',
     );
     const objects = await client.query<{ name: string }>(
       `SELECT c.relkind::text || ':' || c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -127,13 +129,82 @@ describe('migrations on a live database', () => {
       expect(Date.now() - started).toBeLessThan(5_000);
       await client.query('COMMIT');
       const outcome = await migrate(databaseUrl, { lockTimeoutMs: 300, attempts: 3, retryDelayMs: 100 });
-      expect(outcome.applied).toEqual(['007.do.sql', '008.do.sql', '009.do.sql', '010.do.sql']);
+      expect(outcome.applied).toEqual(
+        readdirSync(migrationsDir)
+          .filter((file) => file >= '007')
+          .sort(),
+      );
       const invalid = await client.query('SELECT count(*)::int AS n FROM pg_index WHERE NOT indisvalid');
       expect(invalid.rows[0].n).toBe(0);
       const index = await client.query("SELECT 1 FROM pg_indexes WHERE indexname = 'campaigns_agent_unpaused_idx'");
       expect(index.rowCount).toBe(1);
     } finally {
       await client.query('ROLLBACK').catch(() => undefined);
+      await client.end();
+    }
+  });
+
+  it("numbers each agent's changes written before 011 (012's backfill), with or without a change of the agent in between", async () => {
+    const client = new pg.Client({ connectionString: databaseUrl });
+    await client.connect();
+    try {
+      const network = randomUUID();
+      const [x, y] = [`us-east-1:${randomUUID()}`, `us-east-1:${randomUUID()}`];
+      await client.query('INSERT INTO networks (network_id) VALUES ($1)', [network]);
+      await client.query('INSERT INTO agents (agent_id, network_id) VALUES ($1, $3), ($2, $3)', [x, y, network]);
+      const change = (agentId: string) =>
+        client.query(`INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name) VALUES ($1, $2, true, 'm')`, [
+          agentId,
+          network,
+        ]);
+      // Rows as the release before 011 wrote them: no number, interleaved between the agents.
+      await client.query('ALTER TABLE agent_status_changes DISABLE TRIGGER agent_status_changes_number');
+      for (const agentId of [x, y, x, y, x]) await change(agentId);
+      await client.query('ALTER TABLE agent_status_changes ENABLE TRIGGER agent_status_changes_number');
+      // A change of y after 011, before 012 ran: it counts y's older rows.
+      await change(y);
+      await client.query(readFileSync(`${migrationsDir}012.do.sql`, 'utf8'));
+      await change(x);
+      const numbers = async (agentId: string) =>
+        (
+          await client.query('SELECT agent_seq::int AS n FROM agent_status_changes WHERE agent_id = $1 ORDER BY change_id', [agentId])
+        ).rows.map((row) => row.n);
+      expect(await numbers(x)).toEqual([1, 2, 3, 4]);
+      expect(await numbers(y)).toEqual([1, 2, 3]);
+      const counters = await client.query(
+        'SELECT agent_id, last_seq::int AS n FROM agent_change_counters WHERE agent_id = ANY($1) ORDER BY n',
+        [[x, y]],
+      );
+      expect(counters.rows).toEqual([
+        { agent_id: y, n: 3 },
+        { agent_id: x, n: 4 },
+      ]);
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('hashes the Idempotency-Keys written before 014 as the service does, once, and counts them per network', async () => {
+    const { idempotencyKeyDigest } = await import('../../src/stores/idempotency-keys.js');
+    const client = new pg.Client({ connectionString: databaseUrl });
+    await client.connect();
+    try {
+      const network = randomUUID();
+      await client.query(
+        `INSERT INTO idempotency_keys (network_id, idempotency_key, agent_id, enabled, state)
+         VALUES ($1, 'plain-1', 'us-east-1:x', true, 'done'), ($1, 'Bearer something', 'us-east-1:x', true, 'done')`,
+        [network],
+      );
+      const migration = readFileSync(`${migrationsDir}014.do.sql`, 'utf8');
+      await client.query(migration);
+      await client.query(migration);
+      const { rows } = await client.query('SELECT idempotency_key FROM idempotency_keys WHERE network_id = $1 ORDER BY 1', [network]);
+      expect(rows.map((row) => row.idempotency_key)).toEqual(
+        [idempotencyKeyDigest(network, 'plain-1'), idempotencyKeyDigest(network, 'Bearer something')].sort(),
+      );
+      const counts = await client.query('SELECT live FROM idempotency_key_counts WHERE network_id = $1', [network]);
+      expect(counts.rows).toEqual([{ live: 2 }]);
+    } finally {
       await client.end();
     }
   });

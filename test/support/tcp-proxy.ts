@@ -8,11 +8,14 @@ import { connect, createServer, type Socket } from 'node:net';
  * - `hold(marker)` black-holes connections: once a client's bytes contain `marker` (for PostgreSQL,
  *   the name of a prepared statement, which travels in every Parse and Bind), that connection
  *   stops forwarding in both directions but stays open, as behind a failover without a reset or a
- *   proxy that hung. `arm()` holds one more such connection; `held()` counts those held so far;
+ *   proxy that hung. `arm()` holds one more such connection; `held()` counts those held so far.
+ *   With `answers: 'lost'` the bytes carrying the marker still reach the server (the statement runs
+ *   and commits) and only what comes back from then on is black-holed: an answer lost after the
+ *   commit;
  * - `delay(ms)` holds every answer (server to client) that long before passing it on, in order, as
  *   a slow link or a stalled replica would; `delay(0)` ends it for what arrives from then on.
  */
-export async function startTcpProxy(target: { host: string; port: number }, hold?: { marker: string; count: number }) {
+export async function startTcpProxy(target: { host: string; port: number }, hold?: { marker: string; count: number; answers?: 'lost' }) {
   const sockets = new Set<Socket>();
   let cut = false;
   let toHold = hold?.count ?? 0;
@@ -32,6 +35,7 @@ export async function startTcpProxy(target: { host: string; port: number }, hold
         toHold -= 1;
         held += 1;
         blackholed = true;
+        if (hold.answers === 'lost') upstream.write(chunk);
       }
       if (!blackholed) upstream.write(chunk);
     });

@@ -31,6 +31,7 @@ describe('configuration from the environment', () => {
         requestDeadlineMs: 25000,
         overloadMaxEventLoopDelayMs: 200,
         overloadUnauthenticatedUtilizationPercent: 50,
+        idempotencyKeysPerNetwork: 50000,
       },
       pipeline: { batchesInFlight: 16, spendManagementMaxConcurrency: 16 },
       worker: { pollIntervalMs: 2000, leaseMs: 15000, backoffBaseMs: 1000, backoffMaxMs: 20000, concurrency: 4 },
@@ -47,6 +48,10 @@ describe('configuration from the environment', () => {
       SECRETS_MANAGER_MAX_ATTEMPTS: '1',
     });
     expect(config.limits.rateLimitMax).toBe(0);
+    expect(loadConfig({ ...minimal, IDEMPOTENCY_KEYS_PER_NETWORK: '25' }).limits.idempotencyKeysPerNetwork).toBe(25);
+    expect(() => loadConfig({ ...minimal, IDEMPOTENCY_KEYS_PER_NETWORK: '0' })).toThrow(
+      /IDEMPOTENCY_KEYS_PER_NETWORK must be between 1 and/,
+    );
     expect(config.secretsManager).toEqual({ connectTimeoutMs: 250, requestTimeoutMs: 750, maxAttempts: 1 });
     expect(() => loadConfig({ ...minimal, SECRETS_MANAGER_MAX_ATTEMPTS: '0' })).toThrow(
       /SECRETS_MANAGER_MAX_ATTEMPTS must be between 1 and 10/,

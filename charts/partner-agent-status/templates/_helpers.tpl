@@ -219,6 +219,7 @@ OVERLOAD_UNAUTHENTICATED_UTILIZATION_PERCENT: {{ $c.overloadUnauthenticatedUtili
 RATE_LIMIT_MAX: {{ $c.rateLimit.max | int64 | toString | quote }}
 RATE_LIMIT_WINDOW_MS: {{ $c.rateLimit.windowMs | int64 | toString | quote }}
 DISABLES_IN_FLIGHT_PER_NETWORK: {{ $c.disablesInFlightPerNetwork | int64 | toString | quote }}
+IDEMPOTENCY_KEYS_PER_NETWORK: {{ $c.idempotencyKeysPerNetwork | int64 | toString | quote }}
 DISABLE_BATCHES_IN_FLIGHT: {{ $c.pipeline.disableBatchesInFlight | int64 | toString | quote }}
 SPEND_MANAGEMENT_MAX_CONCURRENCY: {{ $c.pipeline.spendManagementMaxConcurrency | int64 | toString | quote }}
 SPEND_MANAGEMENT_WORKER_MAX_WAIT_MS: {{ $c.pipeline.workerCallMaxWaitMs | int64 | toString | quote }}

@@ -8,7 +8,10 @@ import { problemResponse } from './problem-schema.js';
 
 const StatusChange = Type.Object(
   {
-    changeId: Type.Integer({ minimum: 1, description: 'The change, increasing over time for one agent; page with `before`.' }),
+    changeId: Type.Integer({
+      minimum: 1,
+      description: "The change's number among this agent's changes (1 for its first, then 2, 3, …); page with `before`.",
+    }),
     enabled: Type.Boolean({ description: '`false`: a disable was recorded; `true`: an enable.' }),
     partnerName: Type.String({ description: 'The name of the API key that asked for it (never the key).' }),
     requestId: Type.Union([Type.String(), Type.Null()], { description: 'The `x-request-id` of the request that asked for it.' }),
@@ -68,21 +71,21 @@ export function readStatusChangesDocumentation() {
                     agentId: exampleAgentId,
                     changes: [
                       {
-                        changeId: 1289,
+                        changeId: 12,
                         enabled: false,
                         partnerName: 'acme-console',
                         requestId: '0f6b1d5e-8a43-4c27-b9e2-5d17c3a8f604',
                         changedAt: '2026-11-24T09:12:44.120518Z',
                       },
                       {
-                        changeId: 1107,
+                        changeId: 11,
                         enabled: true,
                         partnerName: 'acme-automation',
                         requestId: null,
                         changedAt: '2026-11-23T17:02:10.004211Z',
                       },
                     ],
-                    nextBefore: 1107,
+                    nextBefore: 11,
                   },
                 },
               },

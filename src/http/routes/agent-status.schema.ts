@@ -89,7 +89,7 @@ const ConvenienceHeaders = Type.Object({
   'idempotency-key': Type.Optional(
     Type.String({
       description:
-        'Makes the request safe to repeat for 24 hours: 1 to 255 printable ASCII characters (a UUID, say), sent once, chosen by you and scoped to your network. A repeat with the same key and the same body answers the first final answer again (200, 202, 404 or 409) with `Idempotent-Replayed: true`, without doing anything; the same key with another body is a 422; while the first request still runs, a 409 with `Retry-After`. After any other answer the key is forgotten and a repeat runs again.',
+        'Makes the request safe to repeat for 24 hours: 1 to 255 printable ASCII characters (a UUID, say), sent once, chosen by you and scoped to your network. A repeat with the same key and the same body answers the first final answer again (200, 202 or 409) with `Idempotent-Replayed: true`, without doing anything; the same key with another body is a 422; while the first request still runs, a 409 with `Retry-After`. Keys are stored hashed, a value holding an API key is refused (400), and your network may hold a limited number of keys (429 past it). After any other answer (a 404 included) the key is forgotten and a repeat runs again, unless the change was made before it (a disable recorded before its 500, an answer lost after the commit): then a repeat answers as that change stands and never makes it again.',
       examples: ['6f1b7f0e-3c0a-4f4e-9a55-2b1d8c7e9f10'],
     }),
   ),
@@ -97,7 +97,7 @@ const ConvenienceHeaders = Type.Object({
     Type.String({
       description:
         'Makes the change only if the agent has not changed since you read its status: the `ETag` of `GET /partner/agents/{agentId}/status` (strong comparison; several tags may be listed). Otherwise 412 and nothing is changed or recorded. `*` always matches an agent of your network.',
-      examples: ['"c1289"'],
+      examples: ['"v12"'],
     }),
   ),
   prefer: Type.Optional(
@@ -237,7 +237,6 @@ export function setAgentStatusDocumentation() {
               detail: partnerTexts.notInNetwork,
             },
           },
-          replayedHeader,
         ),
         413: problemResponse(413, `The body is larger than ${bodyLimitBytes / 1024} KiB. Nothing was changed.`, {
           tooLarge: { summary: `Body over ${bodyLimitBytes / 1024} KiB`, kind: 'payloadTooLarge', detail: partnerTexts.bodyTooLarge },
@@ -284,6 +283,16 @@ export function setAgentStatusDocumentation() {
           },
         }),
         ...limitResponses,
+        429: problemResponse(
+          429,
+          'Your network has used up its requests for this window (rate limit, counted across all replicas); or, on a disable, already has the maximum number of agents being disabled at once; or the request sent a new `Idempotency-Key` while your network holds its quota of them (each is kept 24 hours). Nothing was changed. Wait for `Retry-After` seconds.',
+          {
+            rateLimited: { summary: 'Rate limit exceeded', kind: 'rateLimited', detail: problemDetails.rateLimited },
+            tooManyDisables: { summary: 'Too many disables in flight', kind: 'tooManyDisables', detail: partnerTexts.tooManyDisables(8) },
+            keyQuota: { summary: 'Too many Idempotency-Keys', kind: 'idempotencyKeyQuota', detail: convenienceTexts.keyQuota },
+          },
+          { ...retryAfterHeader, ...rateLimitHeaders },
+        ),
         500: problemResponse(
           500,
           'The request did not complete. On a disable whose agent is already disabled, `pausedCampaignCount` and `remainingCampaignCount` say how far it got, and the service goes on pausing the rest by itself (the status endpoint shows the progress). Repeating the request is always safe.',
