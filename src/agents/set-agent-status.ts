@@ -63,9 +63,11 @@ export interface SetAgentStatusCommand {
   /**
    * Prefer: respond-async (docs/interfaces.md §11), disables only: from `acceptAt` (epoch ms; now, or
    * the request's arrival plus its `wait`) a disable that is recorded, flagged and has campaigns
-   * left to pause answers 202 with its status while pausing goes on.
+   * left to pause answers 202 with its status while pausing goes on. Asked for lazily, once the
+   * disable is recorded (so the agent is known to be of the network: the preference is never read
+   * for another network's agent); undefined there means no preference.
    */
-  respondAsync?: { acceptAt: number };
+  respondAsync?: () => { acceptAt: number } | undefined;
   /** If-Match and the idempotency key's claim. */
   conditions?: ChangeConditions;
   /**
@@ -180,7 +182,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     // The allowance is held until the request's own run ends, even after a 202.
     void answer.then(release, release);
     if (!command.respondAsync) return answer;
-    const accepted = acceptance(command.respondAsync.acceptAt, progress);
+    const accepted = acceptance(command.respondAsync, progress);
     try {
       const first = await Promise.race([answer, accepted.promise]);
       if (typeof first === 'number') return first;
@@ -198,16 +200,28 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
   /**
    * Resolves once a 202 may be given: the disable is recorded and its flag committed, campaigns
    * were left to pause when it was recorded (otherwise the plain answer comes at once), and the
-   * wait the partner asked for is over. Looks at the progress a few times a second.
+   * wait the partner asked for is over. Looks at the progress a few times a second. The
+   * preference is read once the disable is recorded; without one it never resolves.
    */
-  function acceptance(acceptAt: number, progress: Progress) {
+  function acceptance(preference: () => { acceptAt: number } | undefined, progress: Progress) {
     let timer: NodeJS.Timeout | undefined;
+    let acceptAt: number | undefined;
+    let read = false;
     const promise = new Promise<'accepted'>((resolve) => {
       const look = () => {
         clearTimeout(timer);
         const recorded = progress.unpausedAtStart !== undefined && progress.flagged;
-        if (recorded && progress.unpausedAtStart! > 0 && Date.now() >= acceptAt) return resolve('accepted');
-        timer = setTimeout(look, recorded ? Math.max(0, Math.min(acceptPollMs, acceptAt - Date.now())) : acceptPollMs);
+        if (!recorded) {
+          timer = setTimeout(look, acceptPollMs);
+          return;
+        }
+        if (!read) {
+          read = true;
+          acceptAt = preference()?.acceptAt;
+        }
+        if (acceptAt === undefined) return; // no preference after all: the plain answer comes
+        if (progress.unpausedAtStart! > 0 && Date.now() >= acceptAt) return resolve('accepted');
+        timer = setTimeout(look, Math.max(0, Math.min(acceptPollMs, acceptAt - Date.now())));
       };
       progress.changed = look;
       look();

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
 /**
  * Finds partner keys inside any text (a log line, a span attribute, a problem's detail), wherever a
@@ -28,8 +28,9 @@ const maxKeyLength = 512;
 /** Runs of characters keys are commonly made of (URL-safe, then also Base64's and a few more); the token scan's candidates. */
 const tokenPatterns = [/[A-Za-z0-9_-]{16,}/g, /[A-Za-z0-9._~+/=-]{16,}/g];
 
+/** One-shot hashing: a third cheaper than a Hash object for the short strings the token scan digests. */
 function sha256(text: string): string {
-  return createHash('sha256').update(text).digest('hex');
+  return hash('sha256', text);
 }
 
 function rollingHash(text: string, start: number, length: number): number {
@@ -106,10 +107,15 @@ export class KeyFinder {
       }
     }
     if (this.#unfingerprinted > 0) {
+      // A token of the first pattern is often a token of the second too: each is digested once.
+      const digested = new Map<number, number>();
       for (const pattern of tokenPatterns) {
         for (const match of text.matchAll(pattern)) {
-          if (match[0].length <= maxKeyLength && this.#digests.has(sha256(match[0])))
-            found.push([match.index, match.index + match[0].length]);
+          const start = match.index;
+          const end = start + match[0].length;
+          if (match[0].length > maxKeyLength || digested.get(start) === end) continue;
+          digested.set(start, end);
+          if (this.#digests.has(sha256(match[0]))) found.push([start, end]);
         }
       }
     }

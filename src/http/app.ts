@@ -1,14 +1,13 @@
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { trace } from '@opentelemetry/api';
 import Fastify, { LogController } from 'fastify';
 import type { Logger } from 'pino';
-import { holdsKnownKey } from '../auth/key-finder.js';
 import type { Partner } from '../auth/partner-keys.js';
 import { installAccessLog } from './access-log.js';
 import { clientErrorHandlerWith, connectHandler } from './malformed-http.js';
 import { bodyLimitBytes, errorHandler, partnerTexts, problem, sendProblem } from './problems.js';
+import { meetsExpectation, requestIdOf } from './request-headers.js';
 import { type RouteDeps, registerRoutes } from './route-table.js';
 import { ProblemSchema } from './routes/problem-schema.js';
 import { strictJsonParser } from './strict-json.js';
@@ -25,9 +24,6 @@ export interface AppDeps extends RouteDeps {
   logger: Logger;
 }
 
-const saneRequestId = /^[A-Za-z0-9._:@/+=-]{1,128}$/;
-/** Node's own test for an Expect it meets (it answers 100 Continue itself); any other expectation is a 417. */
-const continueExpectation = /(?:^|\W)100-continue(?:$|\W)/i;
 /** The headers every answer carries. */
 const usualHeaders = { 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' } as const;
 
@@ -39,11 +35,14 @@ const notFoundTemplate = '/*';
  * table is here, stores come in as arguments.
  */
 export async function buildApp(deps: AppDeps) {
-  const { metrics, keyStore } = deps;
-  // The caller's x-request-id when it is sane, and never a value that is or holds a partner key.
+  const { metrics } = deps;
+  const keyShapedIds = metrics.suspiciousRequests.labels({ reason: 'key_shaped_request_id' });
+  // The caller's x-request-id when it is sane and holds nothing shaped like a key; one that does is
+  // counted (never logged) and replaced, the same for a loaded key and any other string of its shape.
   const requestId = (req: IncomingMessage): string => {
-    const given = req.headers['x-request-id'];
-    return typeof given === 'string' && saneRequestId.test(given) && !keyStore.holds(given) && !holdsKnownKey(given) ? given : randomUUID();
+    const { id, keyShaped } = requestIdOf(req.headers['x-request-id']);
+    if (keyShaped) keyShapedIds.inc();
+    return id;
   };
   let accessLog: ReturnType<typeof installAccessLog> | undefined;
   const app = Fastify({
@@ -111,7 +110,7 @@ export async function buildApp(deps: AppDeps) {
       sendProblem(reply, problem('validation', partnerTexts.missingHost, request.id));
       return;
     }
-    if (httpVersion === '1.1' && headers.expect !== undefined && !continueExpectation.test(headers.expect)) {
+    if (httpVersion === '1.1' && headers.expect !== undefined && !meetsExpectation(headers.expect)) {
       sendProblem(reply, problem('expectationFailed', partnerTexts.expectation, request.id));
       return;
     }

@@ -49,26 +49,87 @@ export function ifMatchChangeIds(value: string | string[] | undefined): string[]
   return ids;
 }
 
+/** Prefer values longer than this (all lines together) are read as no preference (docs/interfaces.md §11). */
+export const maxPreferLength = 1_024;
+
+/** RFC 9110 `tchar`: the characters of a token, by char code. */
+const tchar = new Uint8Array(128);
+for (const c of "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") tchar[c.charCodeAt(0)] = 1;
+const isTchar = (code: number) => code < 128 && tchar[code] === 1;
+const isOws = (code: number) => code === 0x20 || code === 0x09;
+
 /**
  * Prefer (RFC 7240): whether `respond-async` is asked for, and `wait` in seconds when given as
  * delta-seconds. Names are case-insensitive, the first instance of a preference counts, parameters
- * and unknown preferences are ignored, and a malformed `wait` is ignored (never an error).
+ * and unknown preferences are ignored, and a malformed preference or `wait` is ignored (never an
+ * error); so is a value over `maxPreferLength`.
+ *
+ * A scanner rather than regular expressions: each character is looked at a bounded number of
+ * times, so the time is linear in the (capped) length whatever the value holds.
  */
 export function readPrefer(value: string | string[] | undefined): { respondAsync: boolean; waitSeconds: number | undefined } {
-  const seen = new Map<string, string | undefined>();
   const joined = Array.isArray(value) ? value.join(',') : (value ?? '');
-  for (const element of joined.match(/(?:[^,"]|"(?:[^"\\]|\\.)*")+/g) ?? []) {
-    const head = element.match(/^(?:[^;"]|"(?:[^"\\]|\\.)*")*/)?.[0] ?? '';
-    const preference = /^\s*([!#$%&'*+.^_`|~0-9A-Za-z-]+)\s*(?:=\s*("(?:[^"\\]|\\.)*"|[^\s";]*))?\s*$/.exec(head);
-    if (!preference) continue;
-    const name = preference[1]!.toLowerCase();
-    if (!seen.has(name)) seen.set(name, preference[2]?.replace(/^"(.*)"$/, '$1'));
-  }
+  const seen = joined.length > maxPreferLength ? new Map<string, string | undefined>() : preferences(joined);
   const wait = seen.get('wait');
   return {
     respondAsync: seen.has('respond-async'),
     waitSeconds: wait !== undefined && /^\d{1,9}$/.test(wait) ? Number(wait) : undefined,
   };
+}
+
+/**
+ * The preferences of a Prefer value, name (lower-cased) to value, first instance only:
+ * `#( token [ BWS "=" BWS word ] *( OWS ";" [ OWS parameter ] ) )`, `word` a token or a quoted
+ * string. An element that does not have this shape is skipped up to the next comma outside a
+ * quoted string.
+ */
+function preferences(text: string): Map<string, string | undefined> {
+  const seen = new Map<string, string | undefined>();
+  const end = text.length;
+  const skipOws = (from: number) => {
+    let i = from;
+    while (i < end && isOws(text.charCodeAt(i))) i++;
+    return i;
+  };
+  /** The index after the quoted string starting at `from` (at its `"`); -1 when it is not closed. */
+  const pastQuoted = (from: number) => {
+    for (let i = from + 1; i < end; i++) {
+      const c = text.charCodeAt(i);
+      if (c === 0x5c /* \ */) i++;
+      else if (c === 0x22 /* " */) return i + 1;
+    }
+    return -1;
+  };
+  let at = 0;
+  while (at < end) {
+    let i = skipOws(at);
+    const nameStart = i;
+    while (i < end && isTchar(text.charCodeAt(i))) i++;
+    const name = text.slice(nameStart, i).toLowerCase();
+    let valid = name.length > 0;
+    let preference: string | undefined;
+    i = skipOws(i);
+    if (valid && text.charCodeAt(i) === 0x3d /* = */) {
+      i = skipOws(i + 1);
+      const valueStart = i;
+      if (text.charCodeAt(i) === 0x22) {
+        i = pastQuoted(i);
+        if (i < 0) break; // not closed: the rest of the value is inside it, no element follows
+        preference = text.slice(valueStart + 1, i - 1).replace(/\\(.)/g, '$1');
+      } else {
+        while (i < end && !isOws(text.charCodeAt(i)) && !',;"'.includes(text.charAt(i))) i++;
+        preference = text.slice(valueStart, i);
+      }
+      i = skipOws(i);
+    }
+    // The element ends at the next comma outside a quoted string; its parameters are not read.
+    if (i < end && text.charCodeAt(i) !== 0x2c /* , */ && text.charCodeAt(i) !== 0x3b /* ; */) valid = false;
+    while (i >= 0 && i < end && text.charCodeAt(i) !== 0x2c) i = text.charCodeAt(i) === 0x22 ? pastQuoted(i) : i + 1;
+    if (i < 0) break;
+    if (valid && !seen.has(name)) seen.set(name, preference);
+    at = i + 1;
+  }
+  return seen;
 }
 
 /**

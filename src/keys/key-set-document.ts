@@ -52,31 +52,56 @@ export function checkNewEntry(fields: { networkId: string; name: string }): void
 }
 
 /**
- * The document with one entry added. Names must be unique: the per-name metrics are what tell the
- * operator whether an old key is still in use during a rotation, which two keys with one name
- * would hide.
+ * The document with one entry added. A name may be in the set already: it is the partner's label,
+ * and a partner rotating its key holds two keys under it for a while (docs/interfaces.md §12);
+ * fingerprints tell them apart.
  */
 export function withEntry(document: KeySetDocument, entry: NewEntry): string {
-  if ([...document.keys.values()].some((existing) => existing.partner.name === entry.name)) {
-    throw new KeysToolError(`a key named "${entry.name}" exists already; give the new key its own name (e.g. with a date)`);
-  }
   const record: Record<string, string> = { networkId: entry.networkId.toLowerCase(), name: entry.name };
   if (entry.expiresAt !== undefined) record.expiresAt = entry.expiresAt;
   const json = { ...document.json, 'partner-keys': { ...document.json['partner-keys'], [entry.entryName]: record } };
   return serialize(json);
 }
 
-/** The entry whose digest starts with the fingerprint, refusing none, several, or the last key. */
-export function withoutEntry(document: KeySetDocument, fingerprint: string, where: string): { text: string; removed: KeyEntry } {
-  const matches = Object.keys(document.json['partner-keys']).filter((entryName) => entryDigest(entryName).startsWith(fingerprint));
-  const [match] = matches;
-  if (match === undefined) throw new KeysToolError(`no key in ${where} has fingerprint ${fingerprint}; see "list"`);
-  if (matches.length > 1) throw new KeysToolError(`fingerprint ${fingerprint} matches ${matches.length} keys; give more of its digits`);
+/** Which key `revoke` removes: the one whose digest starts with a fingerprint, or the one key of a name. */
+export type KeySelector = { fingerprint: string } | { name: string };
+
+/**
+ * The entry the selector names, refusing none, several, or the last key. A name selects only
+ * while one key carries it; with several (a rotation) the fingerprint must say which.
+ */
+export function withoutEntry(
+  document: KeySetDocument,
+  selector: KeySelector,
+  where: string,
+): { text: string; removed: KeyEntry; fingerprint: string } {
+  const entryNames = Object.keys(document.json['partner-keys']);
+  let matches: string[];
+  if ('fingerprint' in selector) {
+    const { fingerprint } = selector;
+    matches = entryNames.filter((entryName) => entryDigest(entryName).startsWith(fingerprint));
+    if (matches.length === 0) throw new KeysToolError(`no key in ${where} has fingerprint ${fingerprint}; see "list"`);
+    if (matches.length > 1) throw new KeysToolError(`fingerprint ${fingerprint} matches ${matches.length} keys; give more of its digits`);
+  } else {
+    const { name } = selector;
+    matches = entryNames.filter((entryName) => document.keys.get(entryDigest(entryName))?.partner.name === name);
+    if (matches.length === 0) throw new KeysToolError(`no key in ${where} is named "${name}"; see "list"`);
+    if (matches.length > 1) {
+      const fingerprints = matches.map((entryName) => fingerprintOf(entryDigest(entryName))).join(', ');
+      throw new KeysToolError(`${matches.length} keys are named "${name}" (fingerprints ${fingerprints}); revoke one with --fingerprint`);
+    }
+  }
+  const match = matches[0]!;
   if (document.keys.size === 1) {
     throw new KeysToolError('refusing to revoke the only key: the service rejects an empty key set and would keep serving it');
   }
   const { [match]: _removed, ...rest } = document.json['partner-keys'];
-  return { text: serialize({ ...document.json, 'partner-keys': rest }), removed: document.keys.get(entryDigest(match))! };
+  const digest = entryDigest(match);
+  return {
+    text: serialize({ ...document.json, 'partner-keys': rest }),
+    removed: document.keys.get(digest)!,
+    fingerprint: fingerprintOf(digest),
+  };
 }
 
 /** One row per entry for `list`: never a key, only its fingerprint. */

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { FileHandle } from 'node:fs/promises';
 import { open, readFile, realpath, rename, stat, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -14,6 +15,10 @@ const attempts = 5;
  * reader (the service's watch) sees the old file or the new one, never a part. A lock file keeps
  * two runs of the tool from interleaving; a change made by anything else between our read and our
  * rename is noticed, and the edit is made again on top of it.
+ *
+ * The new file always has mode 0600, whatever the old one had (a raw key must not land in a file
+ * others can read), and keeps the old file's owner and group when the tool may set them (as root,
+ * or as the owner); when it may not, nothing is changed and the tool says so.
  */
 export function keySetFile(path: string): KeySetStorage {
   const where = `file ${path}`;
@@ -38,7 +43,7 @@ export function keySetFile(path: string): KeySetStorage {
           const before = await readText(file);
           const next = edit(before);
           const temporary = join(dirname(file), `.${basename(file)}.${randomUUID()}.tmp`);
-          await writeDurably(temporary, next, await modeOf(file));
+          await writeDurably(temporary, next, await ownerOf(file));
           if ((await readText(file)) !== before) {
             await unlink(temporary);
             continue; // changed by someone else meanwhile: edit again on top of their version
@@ -56,16 +61,34 @@ export function keySetFile(path: string): KeySetStorage {
   };
 }
 
-async function modeOf(file: string): Promise<number> {
+/** The owner and group of the file replaced; undefined for a new file (it gets the tool's). */
+async function ownerOf(file: string): Promise<{ uid: number; gid: number } | undefined> {
   return stat(file).then(
-    (stats) => stats.mode & 0o777,
-    () => 0o600,
+    ({ uid, gid }) => ({ uid, gid }),
+    (error: NodeJS.ErrnoException) => (error.code === 'ENOENT' ? undefined : Promise.reject(error)),
   );
 }
 
-async function writeDurably(file: string, text: string, mode: number) {
-  const handle = await open(file, 'wx', mode);
+async function keepOwner(handle: FileHandle, owner: { uid: number; gid: number }) {
+  const stats = await handle.stat();
+  if (stats.uid === owner.uid && stats.gid === owner.gid) return;
   try {
+    await handle.chown(owner.uid, owner.gid);
+  } catch (error) {
+    const { code } = error as NodeJS.ErrnoException;
+    if (code !== 'EPERM') throw error;
+    throw new KeysToolError(
+      `cannot give the new key set file the owner of the old one (uid ${owner.uid}, gid ${owner.gid}); run the tool as that user or as root, nothing was changed`,
+    );
+  }
+}
+
+async function writeDurably(file: string, text: string, owner: { uid: number; gid: number } | undefined) {
+  const handle = await open(file, 'wx', 0o600);
+  try {
+    // Exactly 0600 whatever the umask; the owner before anything is written.
+    await handle.chmod(0o600);
+    if (owner) await keepOwner(handle, owner);
     await handle.writeFile(text);
     await handle.sync();
   } catch (error) {

@@ -22,6 +22,16 @@ const pendingStage = 'KEYS-TOOL-PENDING';
  *    Manager refuses when AWSCURRENT has moved meanwhile (someone else wrote): then the tool reads
  *    again and redoes the edit on top of the other change, a few times at most.
  * AWSPREVIOUS follows by itself. Region, credentials and endpoint come from the SDK's environment.
+ *
+ * The SDK retries a call whose answer was lost or failed (up to `maxAttempts`), so each step must
+ * stay right when it ran more often than the tool knows:
+ * - a retried PutSecretValue carries the same ClientRequestToken and text: Secrets Manager makes no
+ *   second version;
+ * - a retried UpdateSecretVersionStage after the first one moved the label is refused (AWSCURRENT
+ *   is no longer on RemoveFromVersionId), so a failed move is never taken at its word: the tool
+ *   reads where the labels are. AWSCURRENT on the new version (or AWSPREVIOUS, when someone else
+ *   wrote right after) means the change is made; AWSCURRENT still on the version read means it is
+ *   not (the error stands); anything else is a lost race, and the edit is redone on top.
  */
 export function keySetSecret(secretId: string): KeySetStorage {
   // No logger: answers hold every key.
@@ -35,6 +45,15 @@ export function keySetSecret(secretId: string): KeySetStorage {
       throw new KeysToolError(`secret ${secretId} holds binary data, not the key set's JSON`);
     }
     return { text: result.SecretString, versionId: result.VersionId };
+  };
+
+  /** Where a move of AWSCURRENT from `from` to `version` that answered with an error left the labels. */
+  const moveOutcome = async (version: string, from: string | undefined): Promise<'made' | 'not made' | 'raced'> => {
+    const now = (await read()).versionId;
+    if (now === version) return 'made';
+    if (now === from) return 'not made';
+    const ours = await client.send(new GetSecretValueCommand({ SecretId: secretId, VersionId: version }));
+    return ours.VersionStages?.includes('AWSPREVIOUS') ? 'made' : 'raced';
   };
 
   return {
@@ -63,8 +82,9 @@ export function keySetSecret(secretId: string): KeySetStorage {
           );
           return { version };
         } catch (error) {
-          // Lost the race only if AWSCURRENT is no longer on the version read; else a real error.
-          if ((await read()).versionId === current.versionId) throw error;
+          const outcome = await moveOutcome(version, current.versionId);
+          if (outcome === 'made') return { version };
+          if (outcome === 'not made') throw error;
         }
       }
       throw new KeysToolError(

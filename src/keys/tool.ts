@@ -4,6 +4,7 @@ import { fingerprintOf, hashKey, InvalidKeySetError, parseExpiry } from '../auth
 import {
   checkNewEntry,
   describeEntries,
+  type KeySelector,
   KeysToolError,
   readKeySetDocument,
   rfc3339Utc,
@@ -18,12 +19,14 @@ const usage = `usage: npm run keys -- <command> (--file <path> | --secret-id <na
   issue  --network <uuid> --name <label> [--expires-at <RFC 3339>] [--raw]
          adds a new key (stored as its SHA-256 unless --raw) and prints it once, on stdout
   list   prints fingerprint, name, network, expiry and storage of every key; never a key
-  revoke --fingerprint <hex>
-         removes the key whose SHA-256 starts with these hex digits (list shows the first 12)
+  revoke --fingerprint <hex> | --name <label>
+         removes the key whose SHA-256 starts with these hex digits (list shows the first 12);
+         --name only while one key has that name (several keys may share one during a rotation)
+  A --file is always written with mode 0600, keeping its owner and group.
   check  (no key source) reads text on stdin, e.g. a secret scanner's finding, and prints the
          fingerprint of each pas_ key in it and whether its checksum is right; exit 1 if none is`;
 
-const commandOptions = { issue: ['network', 'name', 'expires-at', 'raw'], list: [], revoke: ['fingerprint'], check: [] } as const;
+const commandOptions = { issue: ['network', 'name', 'expires-at', 'raw'], list: [], revoke: ['fingerprint', 'name'], check: [] } as const;
 type Command = keyof typeof commandOptions;
 
 export interface ToolStreams {
@@ -152,29 +155,38 @@ async function issue(storage: KeySetStorage, values: Values, output: ToolStreams
   const key = issueKey();
   const digest = hashKey(key);
   const entryName = raw ? key : `sha256:${digest}`;
-  const { version } = await storage.update((current) =>
-    withEntry(readKeySetDocument(current, storage.where), { entryName, networkId, name, ...(expiresAt ? { expiresAt } : {}) }),
-  );
+  let namesake = 0;
+  const { version } = await storage.update((current) => {
+    const document = readKeySetDocument(current, storage.where);
+    namesake = [...document.keys.values()].filter((entry) => entry.partner.name === name).length;
+    return withEntry(document, { entryName, networkId, name, ...(expiresAt ? { expiresAt } : {}) });
+  });
+  // A rotation: the old key stays until revoked, by the fingerprint "list" shows.
+  const rotation = namesake > 0 ? ` ${namesake + 1} keys are now named "${name}"; revoke the old one with --fingerprint.` : '';
   output.stdout(`${key}\n`);
   output.stderr(
     `issued "${name}" (fingerprint ${fingerprintOf(digest)}) for network ${networkId.toLowerCase()}, ` +
       `${expiresAt ? `expiring ${expiresAt}` : 'with no expiry'}, stored ${raw ? 'raw' : 'hashed'} in ${storage.where}` +
-      `${version ? ` (version ${version})` : ''}; ${whenInUse(storage)}. The key above is shown this once.\n`,
+      `${version ? ` (version ${version})` : ''}; ${whenInUse(storage)}. The key above is shown this once.${rotation}\n`,
   );
 }
 
 async function revoke(storage: KeySetStorage, values: Values, output: ToolStreams) {
   const fingerprint = values.fingerprint?.toLowerCase();
-  if (fingerprint === undefined) throw new UsageError(`revoke needs --fingerprint`);
-  if (!/^[0-9a-f]{6,64}$/.test(fingerprint)) throw new KeysToolError('--fingerprint must be 6 to 64 hex digits, as "list" shows them');
-  let removed: ReturnType<typeof withoutEntry>['removed'] | undefined;
+  const { name } = values;
+  if ((fingerprint === undefined) === (name === undefined)) throw new UsageError(`revoke needs --fingerprint or --name (one of them)`);
+  if (fingerprint !== undefined && !/^[0-9a-f]{6,64}$/.test(fingerprint)) {
+    throw new KeysToolError('--fingerprint must be 6 to 64 hex digits, as "list" shows them');
+  }
+  const selector: KeySelector = fingerprint !== undefined ? { fingerprint } : { name: name! };
+  let removed: ReturnType<typeof withoutEntry> | undefined;
   const { version } = await storage.update((current) => {
-    const result = withoutEntry(readKeySetDocument(current, storage.where), fingerprint, storage.where);
-    removed = result.removed;
-    return result.text;
+    removed = withoutEntry(readKeySetDocument(current, storage.where), selector, storage.where);
+    return removed.text;
   });
+  const { partner } = removed!.removed;
   output.stderr(
-    `revoked "${removed!.partner.name}" (fingerprint ${fingerprint}) of network ${removed!.partner.networkId} from ${storage.where}` +
+    `revoked "${partner.name}" (fingerprint ${removed!.fingerprint}) of network ${partner.networkId} from ${storage.where}` +
       `${version ? ` (version ${version})` : ''}; ${whenInUse(storage)}, then the key gets 401.\n`,
   );
 }

@@ -211,6 +211,12 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       labelNames: ['reason'] as const,
       registers: [registry],
     }),
+    suspiciousRequests: new Counter({
+      name: 'suspicious_requests_total',
+      help: 'Requests that sent something only a probe would, by reason (key_shaped_request_id: an x-request-id holding a key-shaped run, replaced by a fresh id). Never holds what was sent.',
+      labelNames: ['reason'] as const,
+      registers: [registry],
+    }),
     markGoodKeyLoad(keys: ServedKeys, at = Date.now()) {
       lastGoodKeyLoad = at;
       metrics.partnerKeysLoaded.set(keys.size);
@@ -240,6 +246,7 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   }
   metrics.requestsShed.inc(0);
   metrics.logLinesSuppressed.inc({ reason: 'auth_failure' }, 0);
+  metrics.suspiciousRequests.inc({ reason: 'key_shaped_request_id' }, 0);
   metrics.pendingDisables.set(0);
   metrics.pendingDisablesOldestAge.set(0);
   metrics.unsettledCampaigns.set(0);

@@ -284,6 +284,38 @@ describe('every response carries x-request-id', () => {
     expect(none.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
   });
 
+  it('tells nothing about the key set: a loaded key and a string of its shape both get a fresh id, the same answer and a count', async () => {
+    const base62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+    const lookalike = `pas_${Array.from({ length: 38 }, () => base62[Math.floor(Math.random() * 62)]).join('')}`;
+    const counted = async () =>
+      (await svc.service.metrics.registry.getSingleMetricAsString('suspicious_requests_total')).match(
+        /suspicious_requests_total\{reason="key_shaped_request_id"\} (\d+)/,
+      )?.[1];
+    const before = Number(await counted());
+    /** An answer as a caller without a key sees it, with what differs between any two requests taken out. */
+    const seen = async (requestId: string, request: { method: 'GET' | 'POST'; url: string; payload?: string }) => {
+      const response = await svc.app.inject({ ...request, headers: { 'content-type': 'application/json', 'x-request-id': requestId } });
+      const { 'x-request-id': id, date: _date, ...headers } = response.headers;
+      expect(id).toMatch(/^[0-9a-f-]{36}$/);
+      expect(id).not.toBe(requestId);
+      return { status: response.statusCode, headers, body: response.body.replaceAll(String(id), '<id>') };
+    };
+    for (const request of [
+      { method: 'GET' as const, url: '/livez' },
+      { method: 'GET' as const, url: '/partner/agents/us-east-1:00000000-0000-4000-8000-000000000000/status' },
+      { method: 'POST' as const, url: '/partner/agents/status', payload: '{}' },
+    ]) {
+      const withKey = await seen(keyA, request);
+      const withLookalike = await seen(lookalike, request);
+      expect(withLookalike).toEqual(withKey);
+      expect(withKey.body).not.toContain(keyA);
+    }
+    expect(Number(await counted())).toBe(before + 6);
+    const lines = svc.logs.lines.join('\n');
+    expect(lines).not.toContain(lookalike);
+    expect(lines).not.toContain(keyA);
+  });
+
   it('answers unknown routes with a problem 404', async () => {
     const response = await svc.app.inject({ method: 'GET', url: '/partner/nothing' });
     expect(response.statusCode).toBe(404);

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -125,6 +125,26 @@ describe('the keys tool and a running service watching the file', () => {
     expect(await status(hashed)).toBe(200);
     expect(await metricLine('partner_keys_expiring_soon{partner="raw-expiring",state="expired"}')).toMatch(/ 1$/);
     expect(await metricLine('partner_keys_expiring_soon{partner="raw-expiring",state="expiring"}')).toBeUndefined();
+  });
+
+  it('rotates under one name: a second key issued under a name in the set works beside the first, list tells them apart, and revoking the old one leaves the new', async () => {
+    const old = await issue('partner-rotating', '--raw');
+    const fresh = await issue('partner-rotating');
+    expect(printed.at(-1)).toMatch(/2 keys are now named "partner-rotating"/);
+    await vi.waitFor(async () => expect(await status(fresh)).toBe(200), { timeout: 10_000, interval: 20 });
+    expect(await status(old)).toBe(200);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+
+    const { stdout: listing } = await keys('list');
+    const rows = listing.split('\n').filter((line) => / partner-rotating /.test(line));
+    expect(rows.map((row) => row.split(/\s+/)[0]).sort()).toEqual([hashKey(old), hashKey(fresh)].map((d) => d.slice(0, 12)).sort());
+    expect(listing).not.toContain(old);
+
+    await expect(keys('revoke', '--name', 'partner-rotating')).rejects.toMatchObject({ code: 1 });
+    await keys('revoke', '--fingerprint', hashKey(old).slice(0, 12));
+    await vi.waitFor(async () => expect(await status(old)).toBe(401), { timeout: 10_000, interval: 20 });
+    expect(await status(fresh)).toBe(200);
+    expect(await metricLine('partner_requests_authenticated_total{partner="partner-rotating"}')).toMatch(/ ([1-9]\d*)$/);
   });
 
   it('never wrote a key to the service log or the tool messages', async () => {

@@ -122,6 +122,62 @@ describe('the keys tool on a Secrets Manager secret', () => {
     expect(await status(seedKey)).toBe(200);
   });
 
+  it('reports what it did when the SDK retried a step whose answer was lost: one version, the right line, both for issue and revoke', async () => {
+    const toolWrites = (from: number) => fake.calls.slice(from).filter((c) => c.target !== 'secretsmanager.GetSecretValue');
+    // The move took effect, its answer was lost; the SDK's retry is refused (AWSCURRENT moved already).
+    fake.loseAnswers('UpdateSecretVersionStage');
+    let from = fake.calls.length;
+    const versions = fake.versionCount();
+    const issued = await issue('lost-move', '--raw');
+    expect(issued.code).toBe(0);
+    expect(issued.stderr).toMatch(/^issued "lost-move" /);
+    expect(toolWrites(from).map((c) => c.target)).toEqual([
+      'secretsmanager.PutSecretValue',
+      'secretsmanager.UpdateSecretVersionStage',
+      'secretsmanager.UpdateSecretVersionStage',
+    ]);
+    expect(fake.versionCount()).toBe(versions + 1);
+    const key = issued.stdout.trim();
+    expect(JSON.parse(fake.current()!)['partner-keys'][key]).toEqual({ networkId, name: 'lost-move' });
+    const put = toolWrites(from)[0]!;
+    expect(issued.stderr).toContain(`(version ${put.body.ClientRequestToken})`);
+    await vi.waitFor(async () => expect(await status(key)).toBe(200), { timeout: 10_000, interval: 100 });
+
+    // The version was written, its answer was lost: the retried put (same token, same text) makes no second one.
+    fake.loseAnswers('PutSecretValue');
+    from = fake.calls.length;
+    const second = await issue('lost-put');
+    expect(second.code).toBe(0);
+    expect(toolWrites(from).map((c) => c.target)).toEqual([
+      'secretsmanager.PutSecretValue',
+      'secretsmanager.PutSecretValue',
+      'secretsmanager.UpdateSecretVersionStage',
+    ]);
+    expect(fake.versionCount()).toBe(versions + 2);
+
+    // A revoke whose move answer was lost, and another writer right after the move: still "revoked".
+    fake.loseAnswers('UpdateSecretVersionStage');
+    let moves = 0;
+    fake.beforeAnswering((target) => {
+      if (target !== 'UpdateSecretVersionStage' || ++moves !== 2) return;
+      const document = JSON.parse(fake.current()!);
+      document['partner-keys'][`sha256:${hashKey(newApiKey())}`] = { networkId, name: 'by-console-after' };
+      fake.setSecret(JSON.stringify(document));
+    });
+    try {
+      from = fake.calls.length;
+      const revoked = await keys('revoke', '--fingerprint', hashKey(key).slice(0, 12));
+      expect(revoked.code).toBe(0);
+      expect(revoked.stderr).toMatch(/^revoked "lost-move" /);
+      expect(toolWrites(from).filter((c) => c.target === 'secretsmanager.PutSecretValue')).toHaveLength(1);
+      expect(names()).not.toContain('lost-move');
+      expect(names()).toContain('by-console-after');
+    } finally {
+      fake.beforeAnswering(undefined);
+    }
+    await vi.waitFor(async () => expect(await status(key)).toBe(401), { timeout: 10_000, interval: 100 });
+  });
+
   it('fails with one line and leaves AWSCURRENT as it was when writing is denied', async () => {
     const before = fake.current();
     fake.setMode('deny-writes');

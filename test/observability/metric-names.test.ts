@@ -56,6 +56,7 @@ describe('metric names in dashboards and rules', () => {
       'rate_limit_store_errors_total',
       'requests_shed_total',
       'log_lines_suppressed_total',
+      'suspicious_requests_total',
     ]) {
       expect(exported, name).toContain(name);
     }

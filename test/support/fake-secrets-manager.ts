@@ -10,9 +10,12 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
  * - PutSecretValue: a new version whose id is the ClientRequestToken (the same token with the same
  *   text again is a no-op, with other text an error); its VersionStages (default AWSCURRENT) move
  *   to it, and AWSCURRENT's previous holder becomes AWSPREVIOUS;
- * - UpdateSecretVersionStage: moves a label, refused when the label is on another version than
- *   RemoveFromVersionId says (the check the keys tool's compare-and-swap relies on).
- * It checks no signature, but records whether each call was signed.
+ * - UpdateSecretVersionStage: moves a label, refused whenever the label is attached and
+ *   RemoveFromVersionId does not name its holder (the check the keys tool's compare-and-swap relies
+ *   on), as the API reference words it: also when the holder is MoveToVersionId already, which is
+ *   what a retried move meets.
+ * It checks no signature, but records whether each call was signed. `loseAnswers` makes calls take
+ * effect and then answer 500, as a lost answer does: the SDK retries them.
  */
 export type FakeMode = 'ok' | 'fail' | 'hang' | 'deny-writes';
 type Target = 'GetSecretValue' | 'PutSecretValue' | 'UpdateSecretVersionStage';
@@ -28,6 +31,8 @@ export function fakeSecretsManager(secretName: string) {
   let mode: FakeMode = 'ok';
   /** Runs before a call is answered: how a test makes another writer act between two calls. */
   let before: ((target: Target) => void) | undefined;
+  /** Calls of a target still to answer 500 after they took effect. */
+  const lostAnswers = new Map<string, number>();
   const calls: Array<{ target: string | undefined; contentType: string | undefined; body: Record<string, unknown>; signed: boolean }> = [];
 
   const holderOf = (stage: string) => [...versions].find(([, version]) => version.stages.has(stage))?.[0];
@@ -81,7 +86,7 @@ export function fakeSecretsManager(secretName: string) {
       const holder = holderOf(stage);
       if (moveTo === undefined || !versions.has(moveTo))
         return error('InvalidParameterException', 'MoveToVersionId is not a version of this secret.');
-      if (holder !== undefined && holder !== moveTo && body.RemoveFromVersionId !== holder) {
+      if (holder !== undefined && body.RemoveFromVersionId !== holder) {
         return error('InvalidParameterException', `The staging label ${stage} is attached to another version than RemoveFromVersionId.`);
       }
       attach(stage, moveTo);
@@ -103,10 +108,13 @@ export function fakeSecretsManager(secretName: string) {
     });
     before?.(target?.replace('secretsmanager.', '') as Target);
     if (mode === 'hang' && target === 'secretsmanager.GetSecretValue') return; // never answers; the client must give up by itself
-    const [status, payload, errorType] =
-      mode === 'fail' && target === 'secretsmanager.GetSecretValue'
-        ? ([500, { __type: 'InternalServiceError', message: 'simulated failure' }, 'InternalServiceError'] as Answer)
-        : answer(target, body);
+    const failure: Answer = [500, { __type: 'InternalServiceError', message: 'simulated failure' }, 'InternalServiceError'];
+    let [status, payload, errorType] = mode === 'fail' && target === 'secretsmanager.GetSecretValue' ? failure : answer(target, body);
+    const lose = lostAnswers.get(target ?? '') ?? 0;
+    if (lose > 0) {
+      lostAnswers.set(target!, lose - 1);
+      [status, payload, errorType] = failure; // done, but the caller hears a failure
+    }
     response.writeHead(status, {
       'content-type': 'application/x-amz-json-1.1',
       'x-amzn-requestid': randomUUID(),
@@ -126,6 +134,10 @@ export function fakeSecretsManager(secretName: string) {
     },
     beforeAnswering(hook: ((target: Target) => void) | undefined) {
       before = hook;
+    },
+    /** The next `count` calls of `target` take effect and then answer 500. */
+    loseAnswers(target: Target, count = 1) {
+      lostAnswers.set(`secretsmanager.${target}`, count);
     },
     async listen(): Promise<string> {
       server.listen(0, '127.0.0.1');

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { etagOf, ifMatchChangeIds, readIdempotencyKey, readPrefer } from '../../src/http/conveniences.js';
+import { etagOf, ifMatchChangeIds, maxPreferLength, readIdempotencyKey, readPrefer } from '../../src/http/conveniences.js';
+import { slowOnes } from '../support/worst-case.js';
 
 // The header grammar of docs/interfaces.md §11: RFC 7240 Prefer, RFC 9110 If-Match, Idempotency-Key.
 
@@ -25,6 +26,37 @@ describe('Prefer', () => {
     expect(readPrefer(['respond-async', 'wait=2'])).toEqual(readPrefer('respond-async, wait=2'));
     expect(readPrefer(undefined)).toEqual({ respondAsync: false, waitSeconds: undefined });
   });
+
+  it.each([
+    ['respond-async;foo="a,b;c", wait=6', true, 6],
+    ['wait="8", respond-async', true, 8],
+    ['wait = "\\9"', false, 9],
+    ['wait=5 x, respond-async', true, undefined],
+    ['wait=5"x", respond-async', true, undefined],
+    ['respond async, wait=2', false, 2],
+    ['=1, respond-async', true, undefined],
+    ['respond-async, wait="5', true, undefined],
+    ['handling="lenient, respond-async', false, undefined],
+    [',, respond-async ,, wait=1 ,', true, 1],
+    ['\trespond-async\t;\tx\t,\twait\t=\t3', true, 3],
+  ])('%j (quoted strings, parameters, malformed elements)', (header, respondAsync, waitSeconds) => {
+    expect(readPrefer(header)).toEqual({ respondAsync, waitSeconds });
+  });
+
+  it(`reads a value over ${maxPreferLength} characters as no preference, never an error`, () => {
+    const padding = `x=${'a'.repeat(maxPreferLength)}`;
+    expect(readPrefer(`respond-async, wait=1, ${padding}`)).toEqual({ respondAsync: false, waitSeconds: undefined });
+    expect(readPrefer(['respond-async', padding])).toEqual({ respondAsync: false, waitSeconds: undefined });
+    const longest = `respond-async, wait=1, x="${'a'.repeat(maxPreferLength - 27)}"`;
+    expect(longest).toHaveLength(maxPreferLength);
+    expect(readPrefer(longest)).toEqual({ respondAsync: true, waitSeconds: 1 });
+  });
+
+  it('reads a 16 KiB worst case in under 5 ms, under the cap and over it (linear, no backtracking)', () => {
+    expect(slowOnes((input) => readPrefer(input))).toEqual([]);
+    // Under the cap, each worst case as long as the cap allows.
+    expect(slowOnes((input) => readPrefer(input.slice(0, maxPreferLength)))).toEqual([]);
+  });
 });
 
 describe('If-Match', () => {
@@ -41,6 +73,11 @@ describe('If-Match', () => {
     expect(ifMatchChangeIds('"v05", "x", "v99999999999999999999"')).toEqual([]);
     // The table-wide ids that earlier releases sent as tags never match a per-agent number.
     expect(ifMatchChangeIds('"c1", "c42"')).toEqual([]);
+  });
+
+  it('reads a 16 KiB worst case in under 5 ms', () => {
+    expect(slowOnes((input) => ifMatchChangeIds(input), undefined)).toEqual([]);
+    expect(slowOnes((input) => ifMatchChangeIds(input.replaceAll('a', 'c1')))).toEqual([]);
   });
 });
 

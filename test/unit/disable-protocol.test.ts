@@ -4,6 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { DisableRunner, maxBatchSize } from '../../src/agents/disable-runs.js';
 import {
+  AgentNotInNetwork,
   createAgentStatusUseCase,
   DisableIncomplete,
   DisableSuperseded,
@@ -147,5 +148,34 @@ describe('the disable protocol, without a database', () => {
     expect(stores.approved(agentId)).toBe(false);
     expect(stores.pausedCount(agentId)).toBe(120);
     expect(stores.pending.has(agentId)).toBe(false);
+  });
+
+  it('reads Prefer only once the disable is recorded: never for an agent of another network', async () => {
+    const { stores, useCase, command } = protocol({ slots: 1, delayMs: 50 });
+    const { agentId: foreign } = stores.seed('0b1c2d3e-4f5a-4b6c-8d7e-9f0a1b2c3d4e', 10);
+    let reads = 0;
+    const respondAsync = () => {
+      reads += 1;
+      return { acceptAt: Date.now() };
+    };
+    const outcome = await useCase.setAgentStatus({ ...command(foreign, false), respondAsync }).catch((error: unknown) => error);
+    expect(outcome).toBeInstanceOf(AgentNotInNetwork);
+    expect(reads).toBe(0);
+
+    const { agentId } = stores.seed(networkId, 500);
+    const accepted = await useCase.setAgentStatus({ ...command(agentId, false), respondAsync });
+    expect(accepted).toHaveProperty('accepted.disableInProgress', true);
+    expect(reads).toBe(1);
+    // A preference without respond-async: read once, then the plain answer.
+    const { agentId: plain } = stores.seed(networkId, 5);
+    const answer = await useCase.setAgentStatus({
+      ...command(plain, false),
+      respondAsync: () => {
+        reads += 1;
+        return undefined;
+      },
+    });
+    expect(answer).toEqual({ agentId: plain, networkId, enabled: false, pausedCampaignCount: 5 });
+    expect(reads).toBe(2);
   });
 });

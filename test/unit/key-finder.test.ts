@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { issueKey } from '../../src/auth/issued-key.js';
-import { holdsKnownKey, redactKnownKeys } from '../../src/auth/key-finder.js';
+import { fingerprintKey, holdsKnownKey, KeyFinder, redactKnownKeys } from '../../src/auth/key-finder.js';
 import { hashKey, PartnerKeyStore, parseKeySet } from '../../src/auth/partner-keys.js';
+import { slowOnes, worstCaseInputs } from '../support/worst-case.js';
 
 const networkId = '8d2f6a4c-1b3e-4f5a-9c7d-0e1f2a3b4c5d';
 
@@ -59,5 +60,19 @@ describe('a loaded key is found wherever it stands in a text', () => {
     expect(holdsKnownKey(`zz${hashed}zz`)).toBe(false);
     expect(hashedStore.lookup(hashed)?.name).toBe('partner-0');
     expect(holdsKnownKey(`zz${hashed}zz`)).toBe(true);
+  });
+});
+
+describe('the search is linear in the text', () => {
+  it('checks a 16 KiB worst case in under 5 ms, with keys of several lengths and a hashed entry not used yet', () => {
+    // One finder, as the service has (a test process registers one per store it makes).
+    const finder = new KeyFinder();
+    const raw = [issueKey(), randomBytes(12).toString('hex'), randomBytes(48).toString('base64')];
+    finder.replace(
+      [...raw.map(hashKey), hashKey(`pk_live_${randomBytes(24).toString('base64url')}`)],
+      raw.map((key) => fingerprintKey(key)),
+    );
+    const inputs = worstCaseInputs(['', 'pas_', 'a.b/c+d=e~f_g-h']);
+    expect(slowOnes((input) => finder.find(input), inputs)).toEqual([]);
   });
 });

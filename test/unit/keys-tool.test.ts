@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -130,6 +130,60 @@ describe('list', () => {
   });
 });
 
+describe('the file written', () => {
+  it('is 0600 after issue --raw on a 0644 file, with the same owner', async () => {
+    await issue('first');
+    chmodSync(file, 0o644);
+    const before = statSync(file);
+    const { code, stdout } = await issue('second', '--raw');
+    expect(code).toBe(0);
+    expect(readFileSync(file, 'utf8')).toContain(stdout.trim());
+    const after = statSync(file);
+    expect(after.mode & 0o777).toBe(0o600);
+    expect([after.uid, after.gid]).toEqual([before.uid, before.gid]);
+    expect(after.ino).not.toBe(before.ino); // a new file, renamed over the old one
+  });
+});
+
+describe('rotation: several keys under one name', () => {
+  it('issues a second key under a name in the set, lists both apart, and revokes one by fingerprint only', async () => {
+    const old = (await issue('acme')).stdout.trim();
+    const issued = await issue('acme', '--raw');
+    expect(issued.code).toBe(0);
+    expect(issued.stderr).toMatch(/ 2 keys are now named "acme"; revoke the old one with --fingerprint\.\n$/);
+    const fresh = issued.stdout.trim();
+    expect(served().lookup(old)).toEqual({ networkId, name: 'acme' });
+    expect(served().lookup(fresh)).toEqual({ networkId, name: 'acme' });
+
+    const { stdout: listing } = await keys('list', '--file', file);
+    const rows = listing.split('\n').filter((line) => /\sacme\s/.test(line));
+    expect(rows.map((row) => row.split(/\s+/)[0]).sort()).toEqual([hashKey(old), hashKey(fresh)].map((d) => d.slice(0, 12)).sort());
+    expect(listing).not.toContain(fresh);
+
+    const before = readFileSync(file, 'utf8');
+    const byName = await keys('revoke', '--file', file, '--name', 'acme');
+    expect(byName.code).toBe(1);
+    expect(byName.stderr).toBe(
+      `keys: 2 keys are named "acme" (fingerprints ${hashKey(old).slice(0, 12)}, ${hashKey(fresh).slice(0, 12)}); revoke one with --fingerprint\n`,
+    );
+    expect(readFileSync(file, 'utf8')).toBe(before);
+
+    const byFingerprint = await keys('revoke', '--file', file, '--fingerprint', hashKey(old).slice(0, 12));
+    expect(byFingerprint.stderr).toMatch(new RegExp(`^revoked "acme" \\(fingerprint ${hashKey(old).slice(0, 12)}\\) `));
+    expect(served().lookup(old)).toBeUndefined();
+    expect(served().lookup(fresh)).toEqual({ networkId, name: 'acme' });
+  });
+
+  it('revokes by name while the name is unique', async () => {
+    await issue('keep');
+    const gone = (await issue('gone')).stdout.trim();
+    const { code, stderr } = await keys('revoke', '--file', file, '--name', 'gone');
+    expect(code).toBe(0);
+    expect(stderr).toMatch(new RegExp(`^revoked "gone" \\(fingerprint ${hashKey(gone).slice(0, 12)}\\) `));
+    expect(served().lookup(gone)).toBeUndefined();
+  });
+});
+
 describe('revoke', () => {
   it('removes the key with the fingerprint, and says which one in one line', async () => {
     const first = (await issue('first')).stdout.trim();
@@ -177,7 +231,9 @@ describe('bad input: one line, a non-zero exit, and nothing changed', () => {
       /is not in the future/,
       1,
     ],
-    ['a name taken', ['issue', '--file', 'F', '--network', randomUUID(), '--name', 'taken'], /a key named "taken" exists already/, 1],
+    ['revoke without a key named', ['revoke', '--file', 'F'], /revoke needs --fingerprint or --name/, 2],
+    ['revoke naming a key twice', ['revoke', '--file', 'F', '--name', 'taken', '--fingerprint', '000000'], /one of them/, 2],
+    ['an unknown name', ['revoke', '--file', 'F', '--name', 'nobody'], /no key in file .* is named "nobody"/, 1],
     ['a fingerprint that is not hex', ['revoke', '--file', 'F', '--fingerprint', 'xyz123'], /--fingerprint must be 6 to 64 hex digits/, 1],
     [
       'an unknown fingerprint',

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { charsetOf, hasDuplicateMember } from '../../src/http/strict-json.js';
+import { slowOnes } from '../support/worst-case.js';
 
 describe('hasDuplicateMember: a member name twice in one object', () => {
   it.each([
@@ -39,5 +40,10 @@ describe('charsetOf', () => {
     ['application/json; foo=bar; charset=latin1', 'latin1'],
   ])('%s has charset %s', (contentType, charset) => {
     expect(charsetOf(contentType)).toBe(charset);
+  });
+
+  it('reads a 16 KiB worst case in under 5 ms', () => {
+    expect(slowOnes((input) => charsetOf(`application/json; charset=${input}`))).toEqual([]);
+    expect(slowOnes((input) => charsetOf(`application/json; charset="${input}`))).toEqual([]);
   });
 });

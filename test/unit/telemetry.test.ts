@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { issueKey } from '../../src/auth/issued-key.js';
 // The preload does nothing when imported here: vitest sets OTEL_SDK_DISABLED=true.
 import { egressOnlyTraceContext, redacted, scrubAttributes, scrubbingExporter, scrubSpan } from '../../src/telemetry.js';
+import { slowOnes, worstCaseInputs } from '../support/worst-case.js';
 
 type SpanExporter = NodeSDKConfiguration['traceExporter'];
 type ReadableSpan = Parameters<SpanExporter['export']>[0][number];
@@ -61,6 +62,14 @@ describe('span scrubbing: the last line before export', () => {
     const issued = issueKey();
     const scrubbed = scrubAttributes({ 'agent.id': issued, 'app.values': ['x', `${issued},y`], 'app.note': 'pas_ is our prefix' });
     expect(scrubbed).toEqual({ 'agent.id': redacted, 'app.values': redacted, 'app.note': 'pas_ is our prefix' });
+  });
+
+  it('checks a 16 KiB worst case in under 5 ms (the credential pattern cannot backtrack over a run twice)', () => {
+    const prefixes = ['token', 'api_key', 'x-api-key', 'secret "', 'bearer', 'pas_', 'tokentoken'];
+    expect(slowOnes((input) => scrubAttributes({ 'app.note': input }), worstCaseInputs(prefixes))).toEqual([]);
+    // still found after the longest run
+    expect(scrubAttributes({ 'app.note': `token${' '.repeat(16_384)}"  =x` })).toEqual({ 'app.note': redacted });
+    expect(scrubAttributes({ 'app.note': `token${' '.repeat(16_384)}x` })).toEqual({ 'app.note': `token${' '.repeat(16_384)}x` });
   });
 
   it('leaves a clean span untouched (same object), so the common case costs no copy', () => {

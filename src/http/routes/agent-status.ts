@@ -44,11 +44,18 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
       const arrivedAt = Date.now() - reply.elapsedTime;
       const deadline = arrivedAt + requestDeadlineMs;
       // Prefer is for disables only; `wait` counts from the request's arrival, and a 202 always
-      // comes before the deadline's 500 would.
-      const prefer = enabled ? undefined : readPrefer(request.headers.prefer);
-      const respondAsync = prefer?.respondAsync
-        ? { acceptAt: Math.min(arrivedAt + (prefer.waitSeconds ?? 0) * 1000, deadline - acceptBeforeDeadlineMs) }
-        : undefined;
+      // comes before the deadline's 500 would. The header is passed down unread: the use case asks
+      // for it once the disable is recorded, so it is parsed only for an agent of the key's network
+      // (docs/interfaces.md §11), and the 404 of another network's agent costs the same with it.
+      const preferHeader = enabled ? undefined : request.headers.prefer;
+      const respondAsync =
+        preferHeader === undefined
+          ? undefined
+          : () => {
+              const prefer = readPrefer(preferHeader);
+              if (!prefer.respondAsync) return undefined;
+              return { acceptAt: Math.min(arrivedAt + (prefer.waitSeconds ?? 0) * 1000, deadline - acceptBeforeDeadlineMs) };
+            };
       const held = keys.held(request);
       try {
         const result = await agentStatus.setAgentStatus({

@@ -24,7 +24,8 @@ export const openApiPath = '/partner/openapi.json';
 
 const requestIdDescription =
   'Identifies the request in our logs and in the `requestId` of a problem body. Send your own (1 to 128 characters of ' +
-  '`A-Z a-z 0-9 . _ : @ / + = -`) to correlate with your logs; any other value is replaced by a generated UUID.';
+  '`A-Z a-z 0-9 . _ : @ / + = -`, a UUID say) to correlate with your logs; any other value is replaced by a generated UUID, ' +
+  'and so is one with 16 or more characters in a row of `A-Z a-z 0-9 _ + / =` (it could be an API key, which is never echoed).';
 
 function infoDescription(bodyLimitKiB: number): string {
   return `Lets a partner switch an agent of its own network on and off.
