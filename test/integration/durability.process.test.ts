@@ -199,13 +199,18 @@ describe('SIGKILL in the middle of a long disable', () => {
       await expectAllPaused(agentId, ids);
       expect(await db.agentApproved(agentId)).toBe(false);
       expect(await changeRows(agentId)).toEqual([{ enabled: false }]); // one request, nothing more
-      // The second process's worker moved exactly what the first had not committed.
+      // The second process moved exactly what the first had not committed: its worker's run, and
+      // the batch the first had on its way, settled from the write-ahead record (both counted in
+      // campaigns_paused_total), nothing twice.
       await vi.waitFor(() => expect(workerAttempts(second!, agentId).some((a) => a.outcome === 'completed')).toBe(true), {
         timeout: 10_000,
         interval: 50,
       });
-      const movedBySecond = workerAttempts(second, agentId).reduce((sum, a) => sum + (a.pausedCampaignCount ?? 0), 0);
-      expect(movedBySecond).toBe(ids.length - atKill.inDatabase.size);
+      await vi.waitFor(
+        async () =>
+          expect(await counter(second!, 'campaigns_paused_total{partner="durability-partner"}')).toBe(ids.length - atKill.inDatabase.size),
+        { timeout: 10_000, interval: 100 },
+      );
     } finally {
       sim.setMode('ok');
       await stopAll([first, second]);
