@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { createConvergenceWorker } from './agents/convergence-worker.js';
 import { DisableRunner, maxBatchSize, readAheadSize } from './agents/disable-runs.js';
@@ -224,7 +225,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
      */
     close(timeoutMs = config.shutdownTimeoutMs): Promise<void> {
       closing ??= (async () => {
-        const deadline = Date.now() + timeoutMs;
+        const deadline = performance.now() + timeoutMs;
         runner.stopBy(deadline - 1_000);
         await worker.stop();
         const closed = app.close();
@@ -233,7 +234,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
         // closed, so a shutdown never waits for one.
         let timer: NodeJS.Timeout | undefined;
         const late = new Promise<'late'>((resolve) => {
-          timer = setTimeout(() => resolve('late'), Math.max(0, deadline - Date.now() - 500));
+          timer = setTimeout(() => resolve('late'), Math.max(0, deadline - performance.now() - 500));
         });
         if ((await Promise.race([closed, late])) === 'late') {
           logger.warn('connections still open at the shutdown deadline; closing them');

@@ -82,7 +82,7 @@ export interface RunRequest {
   flagged: boolean;
   /** Read by the statement that claimed the row (up to readAheadSize + 1 ids); otherwise the run reads its own. */
   firstBatch?: string[];
-  /** Epoch ms by which the run stops starting batches (the request's deadline). */
+  /** Monotonic ms (performance.now()) by which the run stops starting batches (the request's deadline). */
   stopAt: number;
   /** The worker's run: its calls take only the capacity requests leave free. */
   background?: boolean;
@@ -151,7 +151,7 @@ export class DisableRunner {
     return this.shutdown.signal;
   }
 
-  /** Epoch ms by which every run stops starting batches (infinite until a shutdown). */
+  /** Monotonic ms (performance.now()) by which every run stops starting batches (infinite until a shutdown). */
   get stopTime(): number {
     return this.stopAllAt;
   }
@@ -178,7 +178,7 @@ export class DisableRunner {
   }
 
   private stopReason(stopAt: number): 'deadline' | 'shutdown' | undefined {
-    const end = Date.now() + this.settings.batchBudgetMs;
+    const end = performance.now() + this.settings.batchBudgetMs;
     if (end > this.stopAllAt) return 'shutdown';
     if (end > stopAt) return 'deadline';
     return undefined;
@@ -207,7 +207,7 @@ export class DisableRunner {
     if (!request.flagged) {
       // The worker gives up after half a lease (and tries again after its backoff); a request waits
       // until its own stop time.
-      const waitUntil = Math.min(request.stopAt, Date.now() + leaseMs / 2);
+      const waitUntil = Math.min(request.stopAt, performance.now() + leaseMs / 2);
       try {
         for (;;) {
           const flag = await queue.setFlag(agentId, claimToken);
@@ -220,7 +220,7 @@ export class DisableRunner {
             break;
           }
           const stop = this.stopReason(Number.POSITIVE_INFINITY);
-          if (stop || Date.now() + (this.settings.flagRetryMs ?? 200) > waitUntil) {
+          if (stop || performance.now() + (this.settings.flagRetryMs ?? 200) > waitUntil) {
             stopped = stop ?? 'agent_locked';
             break;
           }

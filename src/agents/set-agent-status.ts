@@ -58,10 +58,10 @@ export interface SetAgentStatusCommand {
   /** The key's label and the response's x-request-id, for the audit trail. */
   partnerName: string;
   requestId: string | undefined;
-  /** Epoch ms by which the request must be answered. */
+  /** Monotonic ms (performance.now()) by which the request must be answered. */
   deadline: number;
   /**
-   * Prefer: respond-async (docs/interfaces.md §11), disables only: from `acceptAt` (epoch ms; now, or
+   * Prefer: respond-async (docs/interfaces.md §11), disables only: from `acceptAt` (monotonic ms, performance.now(); now, or
    * the request's arrival plus its `wait`) a disable that is recorded, flagged and has campaigns
    * left to pause answers 202 with its status while pausing goes on. Asked for lazily, once the
    * disable is recorded (so the agent is known to be of the network: the preference is never read
@@ -111,9 +111,9 @@ export interface AgentStatusDeps {
 
 const tracer = trace.getTracer('partner-agent-status');
 
-/** Waits until `until` on the monotonic clock, but never past the request's epoch deadline. */
+/** Waits until `until`, but never past the request's deadline (both on the monotonic clock). */
 function sleepUntil(until: number, deadline: number): Promise<void> {
-  const ms = Math.min(until - performance.now(), deadline - Date.now());
+  const ms = Math.min(until, deadline) - performance.now();
   return ms > 0 ? new Promise((resolve) => setTimeout(resolve, ms)) : Promise.resolve();
 }
 
@@ -220,8 +220,8 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
           acceptAt = preference()?.acceptAt;
         }
         if (acceptAt === undefined) return; // no preference after all: the plain answer comes
-        if (progress.unpausedAtStart! > 0 && Date.now() >= acceptAt) return resolve('accepted');
-        timer = setTimeout(look, Math.max(0, Math.min(acceptPollMs, acceptAt - Date.now())));
+        if (progress.unpausedAtStart! > 0 && performance.now() >= acceptAt) return resolve('accepted');
+        timer = setTimeout(look, Math.max(0, Math.min(acceptPollMs, acceptAt - performance.now())));
       };
       progress.changed = look;
       look();
@@ -249,7 +249,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
         clearTimeout(timer);
         const shutdownFirst = runner.stopTime < command.deadline;
         const at = Math.min(command.deadline, runner.stopTime) - answerMarginMs;
-        timer = setTimeout(() => resolve(shutdownFirst ? 'shutdown' : 'deadline'), Math.max(0, at - Date.now()));
+        timer = setTimeout(() => resolve(shutdownFirst ? 'shutdown' : 'deadline'), Math.max(0, at - performance.now()));
       };
       answerBy();
       onAbort = answerBy;
@@ -396,7 +396,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
         if (await queue.enabledSince(agentId, changeId)) throw new DisableSuperseded(progress.paused);
         return progress.paused;
       }
-      if (Math.min(deadline, runner.stopTime) - Date.now() <= waitPollMs + answerMarginMs) {
+      if (Math.min(deadline, runner.stopTime) - performance.now() <= waitPollMs + answerMarginMs) {
         throw new DisableIncomplete(progress.paused, await remainingWithin(agentId, progress), {
           kind: runner.stopTime < deadline ? 'shutdown' : 'deadline',
         });

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 // The disable protocol's decisions, with the statements over in-memory maps (no database, no build):
 // a claim taken or joined, a run superseded, the deadline, a locked agent row, and the answer each
 // outcome becomes.
@@ -62,7 +63,7 @@ function protocol(options: { slots?: number; delayMs?: number } = {}) {
     enabled,
     partnerName: 'unit',
     requestId: undefined,
-    deadline: Date.now() + deadlineMs,
+    deadline: performance.now() + deadlineMs,
   });
   return { stores, calls, runner, useCase, command };
 }
@@ -156,7 +157,7 @@ describe('the disable protocol, without a database', () => {
     let reads = 0;
     const respondAsync = () => {
       reads += 1;
-      return { acceptAt: Date.now() };
+      return { acceptAt: performance.now() };
     };
     const outcome = await useCase.setAgentStatus({ ...command(foreign, false), respondAsync }).catch((error: unknown) => error);
     expect(outcome).toBeInstanceOf(AgentNotInNetwork);

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
 import { type AgentStatusUseCase, PreconditionFailed } from '../../agents/set-agent-status.js';
@@ -41,7 +42,8 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
       const { agentId, enabled } = request.body;
       request.audit.agentId = agentId;
       request.audit.enabled = enabled;
-      const arrivedAt = Date.now() - reply.elapsedTime;
+      // On the monotonic clock, as every local deadline: a wall-clock step moves none of them.
+      const arrivedAt = performance.now() - reply.elapsedTime;
       const deadline = arrivedAt + requestDeadlineMs;
       // Prefer is for disables only; `wait` counts from the request's arrival, and a 202 always
       // comes before the deadline's 500 would. The header is passed down unread: the use case asks
