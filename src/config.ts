@@ -173,9 +173,6 @@ export function loadConfig(env: Env = process.env): Config {
       `WORKER_LEASE_MS (${config.worker.leaseMs}) must exceed DATABASE_STATEMENT_TIMEOUT_MS + ${statementClientMarginMs} (${statementLimitMs}): a stuck statement must end before its lease`,
     );
   }
-  if (config.redisCluster && config.redisWaitReplicas > 0) {
-    throw new ConfigError('REDIS_WAIT_REPLICAS is not supported with REDIS_CLUSTER=true (WAIT answers for one node); set it to 0');
-  }
   return config;
 }
 

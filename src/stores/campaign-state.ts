@@ -1,3 +1,4 @@
+import calculateSlot from 'cluster-key-slot';
 import { Cluster, type Redis, ReplyError, type Result } from 'ioredis';
 import { DependencyError, redisFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -149,9 +150,29 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
         if (answer.status === 'fulfilled') confirmed.push(campaignIds[index]!);
         else if (!(answer.reason instanceof ReplyError) || refusesAsAWhole.test(answer.reason.message)) throw answer.reason;
       });
+      if (waitReplicas > 0 && confirmed.length > 0) await replicated(cluster, confirmed);
       return { confirmed };
     } finally {
       clearTimeout(timer);
+    }
+  }
+
+  /**
+   * WAIT on the connection of each primary that served the batch (the one the cluster client sent
+   * its HSETs on, so WAIT follows them): each must have `waitReplicas` replicas with those writes.
+   * The primaries are found from the client's slot map (the slot of each prefixed key).
+   */
+  async function replicated(cluster: Cluster, campaignIds: readonly string[]): Promise<void> {
+    const served = new Set(campaignIds.map((id) => cluster.slots[calculateSlot(`${options.keyPrefix}${campaignKey(id)}`)]?.[0]));
+    const primaries = cluster.nodes('master').filter((node) => served.has(`${node.options.host}:${node.options.port}`));
+    const acknowledged = await Promise.all(primaries.map((node) => node.wait(waitReplicas, options.waitTimeoutMs ?? 100)));
+    const short = acknowledged.filter((count) => Number(count) < waitReplicas).length;
+    if (short > 0 || primaries.length < served.size) {
+      throw new DependencyError(
+        'redis',
+        'unavailable',
+        `WAIT: ${short} of ${served.size} primaries without ${waitReplicas} replicas acknowledging`,
+      );
     }
   }
 

@@ -19,6 +19,8 @@ let cluster: Awaited<ReturnType<typeof startRedisCluster>>;
 let reader: Cluster;
 let svc: TestService;
 let networkId: string;
+/** The primary the failover test killed (its shard has no replica until it is started again). */
+let killedPrimary: number | undefined;
 
 beforeAll(async () => {
   cluster = await startRedisCluster({ primaries: 3, replicas: 1 });
@@ -148,7 +150,44 @@ describe('a disable while the cluster changes', () => {
     timeout: 120_000,
   }, async () => {
     await disableWhile(450, 300, async (ids) => {
-      await cluster.kill(await cluster.primaryOf(`${inject('redisKeyPrefix')}campaign:${ids[0]}`));
+      killedPrimary = await cluster.primaryOf(`${inject('redisKeyPrefix')}campaign:${ids[0]}`);
+      await cluster.kill(killedPrimary);
     });
+  });
+});
+
+describe('REDIS_WAIT_REPLICAS=1 in cluster mode', () => {
+  it("marks nothing in the database while a batch's primary has no replica, and settles once it has one again", {
+    timeout: 120_000,
+  }, async () => {
+    // After the failover above, the shard whose primary was killed has no replica left.
+    const waiting = await startTestService({
+      partners: [{ key, networkId, name: 'clustered' }],
+      redisUrl: cluster.url,
+      env: {
+        REDIS_CLUSTER: 'true',
+        REDIS_WAIT_REPLICAS: '1',
+        REDIS_WAIT_TIMEOUT_MS: '200',
+        RATE_LIMIT_MAX: '0',
+        BREAKER_RESET_TIMEOUT_MS: '300',
+        WORKER_POLL_INTERVAL_MS: '200',
+        WORKER_BACKOFF_BASE_MS: '100',
+        WORKER_BACKOFF_MAX_MS: '500',
+      },
+    });
+    try {
+      const agentId = await db.agent(networkId);
+      const ids = await db.campaigns(agentId, 300);
+      const answer = await waiting.setStatus(key, agentId, false);
+      expect(answer.statusCode).toBe(500);
+      expect(answer.json().pausedCampaignCount).toBeLessThan(300);
+      // The killed node comes back, as the replica of the primary that took its place.
+      cluster.restart(killedPrimary!);
+      await cluster.healthy();
+      await pendingGone(agentId, 60_000);
+      expect(await disagreements({ ...stores(), isPausedInSpendManagement: (id) => waiting.sim.isPaused(id) }, ids)).toEqual([]);
+    } finally {
+      await waiting.close();
+    }
   });
 });

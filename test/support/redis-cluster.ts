@@ -122,12 +122,14 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
       .trim()
       .split('\n')
       .map((line) => {
-        const [id, address, flags] = line.split(' ');
+        const [id, address, flags, primaryId] = line.split(' ');
         return {
           id: id!,
           port: Number(address!.split('@')[0]!.split(':')[1]),
           primary: flags!.includes('master'),
-          failed: flags!.includes('fail'),
+          failed: flags!.split(',').includes('fail'),
+          /** A replica's primary ('-' for a primary). */
+          primaryId: primaryId!,
         };
       });
   };
@@ -155,6 +157,25 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
       const server = servers.get(port)!;
       server.kill('SIGKILL');
       await once(server, 'exit').catch(() => undefined);
+    },
+    /** Waits until a replica of the (killed) primary `primaryId` has taken its place. */
+    promotedAfter: (primaryId: string) =>
+      waitFor(
+        async () => {
+          // Marked failed by the others (not only suspected), and every slot served again.
+          const victim = (await nodes().catch(() => [])).find((node) => node.id === primaryId);
+          return victim?.failed === true && (await healthy());
+        },
+        { timeoutMs: 20_000, intervalMs: 100, failure: () => `no replica took over from ${primaryId}` },
+      ),
+    /** Starts a killed node again on its port; its cluster state brings it back (a replica, if it was failed over). */
+    restart(port: number): void {
+      start(port);
+    },
+    /** `redis-cli --cluster fix`: closes any slot a resharding left open half-way. */
+    async fix(): Promise<void> {
+      const live = ports.find((port) => servers.get(port)!.exitCode === null && servers.get(port)!.signalCode === null)!;
+      await run('redis-cli', ['--cluster', 'fix', `127.0.0.1:${live}`, '--cluster-yes']).catch(() => undefined);
     },
     /** Moves `slots` slots from one primary to another with `redis-cli --cluster reshard`. */
     async reshard(fromPort: number, toPort: number, slots: number): Promise<void> {

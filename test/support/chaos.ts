@@ -1,0 +1,521 @@
+// Chaos: three built replicas under partner load while faults come and go at random (SIGKILL,
+// SIGTERM, a black-holed database connection, rows held by platform transactions, spend management
+// failing, hanging or slow; with one Redis server a Redis cut and Redis read-only, with a Redis
+// Cluster a primary killed (its replica takes over) and slots moved), for a bounded time; then
+// everything heals and the invariants of docs/interfaces.md §7 and §9 must hold:
+// - the three stores agree on every campaign, both ways: paused in the database implies paused in
+//   spend management and Redis, and nothing is paused there while it runs in the database (what a
+//   run sent is settled through the write-ahead record, whatever became of the run);
+// - every disabled agent converges within 60 s of healing, with no request;
+// - no pause call starts after an enable answered (unless a later disable was recorded; a call
+//   sent again with its own key, to complete it, is not a new one);
+// - exactly one change row per request that reached its statement.
+// The seed is printed so that a failure can be replayed: CHAOS_SEED=<n> CHAOS_SECONDS=<s>;
+// CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY=<n> runs the replicas with that many spend-management slots.
+// The suite is defined here once and run by one test file per Redis topology.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomInt, randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { Cluster, Redis } from 'ioredis';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { disagreements } from './agreement.js';
+import { newApiKey, testDatabase } from './data.js';
+import { databaseUrl } from './database-url.js';
+import { freePort, startServiceProcess } from './process.js';
+import { processEnvironment } from './process-environment.js';
+import { startRedisCluster } from './redis-cluster.js';
+import { startTcpProxy } from './tcp-proxy.js';
+
+/** mulberry32: a small seeded generator, so that a run's choices can be replayed. */
+function generator(start: number) {
+  let state = start >>> 0;
+  const next = () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+  return {
+    next,
+    int: (min: number, max: number) => min + Math.floor(next() * (max - min + 1)),
+    pick: <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)]!,
+  };
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+/** Where the replicas' campaign state lives, and the Redis faults that fit it. */
+interface RedisStage {
+  /** REDIS_URL (and REDIS_CLUSTER) for one replica; a single server is reached through a proxy of the replica's own. */
+  forReplica(): Promise<{ env: Record<string, string>; cut?: () => void; restore?: () => void; close: () => Promise<void> }>;
+  faults: readonly string[];
+  fault(
+    kind: string,
+    hold: number,
+    replica: { cut?: () => void; restore?: () => void },
+    pick: <T>(items: readonly T[]) => T,
+  ): Promise<void>;
+  /** Undoes every fault, and waits until Redis is whole again. */
+  heal(): Promise<void>;
+  /** Reads campaign hashes as the service writes them (the run's key prefix). */
+  reader: Redis | Cluster;
+  close(): Promise<void>;
+}
+
+/** One redis-server: faults are a replica's connection cut and the server turned read-only. */
+async function singleServer(): Promise<RedisStage> {
+  const port = await freePort();
+  const server: ChildProcess = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+    stdio: 'ignore',
+  });
+  const admin = new Redis({ port, host: '127.0.0.1', retryStrategy: () => 100 });
+  admin.on('error', () => undefined);
+  await admin.ping();
+  const reader = new Redis({ port, host: '127.0.0.1', keyPrefix: inject('redisKeyPrefix'), retryStrategy: () => 100 });
+  reader.on('error', () => undefined);
+  const heals: Array<() => void> = [];
+  return {
+    reader,
+    faults: ['redis_cut', 'redis_read_only'],
+    async forReplica() {
+      const proxy = await startTcpProxy({ host: '127.0.0.1', port });
+      heals.push(() => proxy.restore());
+      return { env: { REDIS_URL: proxy.url }, cut: () => proxy.cut(), restore: () => proxy.restore(), close: () => proxy.close() };
+    },
+    async fault(kind, hold, replica) {
+      if (kind === 'redis_cut') {
+        replica.cut?.();
+        await sleep(hold);
+        replica.restore?.();
+      } else {
+        await admin.replicaof('127.0.0.1', await freePort());
+        await sleep(hold);
+        await admin.replicaof('NO', 'ONE');
+      }
+    },
+    async heal() {
+      await admin.replicaof('NO', 'ONE');
+      for (const heal of heals) heal();
+    },
+    async close() {
+      admin.disconnect();
+      reader.disconnect();
+      server.kill('SIGKILL');
+      await once(server, 'exit').catch(() => undefined);
+    },
+  };
+}
+
+/**
+ * A Redis Cluster of three primaries with a replica each: faults are a primary killed (its replica
+ * takes over; the killed node comes back as a replica when healed) and slots moved between two
+ * primaries (redis-cli --cluster reshard). One cluster change at a time, so the cluster stays whole.
+ */
+async function clusterOfServers(): Promise<RedisStage> {
+  const cluster = await startRedisCluster({ primaries: 3, replicas: 1 });
+  const reader = new Cluster(
+    cluster.ports.map((port) => ({ host: '127.0.0.1', port })),
+    { keyPrefix: inject('redisKeyPrefix'), scaleReads: 'master' },
+  );
+  reader.on('error', () => undefined);
+  const killed = new Set<number>();
+  let changing = false;
+  return {
+    reader,
+    faults: ['redis_failover', 'redis_reshard'],
+    async forReplica() {
+      // A batch counts as paused in Redis once a replica has it: a failover keeps it (§9).
+      const env = { REDIS_URL: cluster.url, REDIS_CLUSTER: 'true', REDIS_WAIT_REPLICAS: '1', REDIS_WAIT_TIMEOUT_MS: '200' };
+      return { env, close: async () => undefined };
+    },
+    async fault(kind, hold, _replica, pick) {
+      if (changing) return;
+      changing = true;
+      try {
+        const nodes = await cluster.nodes();
+        const live = nodes.filter((node) => !node.failed && !killed.has(node.port));
+        const primaries = live.filter((node) => node.primary);
+        if (kind === 'redis_failover') {
+          // Only a primary whose replica is alive: the cluster must stay whole.
+          const covered = primaries.filter((primary) => live.some((node) => node.primaryId === primary.id));
+          if (covered.length === 0) return;
+          const victim = pick(covered);
+          killed.add(victim.port);
+          await cluster.kill(victim.port);
+          // Back only once its replica has taken over: a node without persistence that restarted
+          // first would come back as the primary of its slots, empty (an operator's error that no
+          // client can repair).
+          await cluster.promotedAfter(victim.id);
+          await sleep(hold);
+          cluster.restart(victim.port);
+          killed.delete(victim.port);
+        } else if (primaries.length >= 2 && killed.size === 0) {
+          const from = pick(primaries);
+          const to = pick(primaries.filter((node) => node !== from));
+          await cluster.reshard(from.port, to.port, 300);
+        }
+      } finally {
+        changing = false;
+      }
+    },
+    async heal() {
+      for (const port of killed) cluster.restart(port);
+      killed.clear();
+      await cluster.fix();
+      await cluster.healthy();
+    },
+    async close() {
+      reader.disconnect();
+      await cluster.close();
+    },
+  };
+}
+
+/**
+ * The chaos suite against one Redis topology. `defaultSeconds`: the chaos's length when
+ * CHAOS_SECONDS is not set (the short form that runs in npm test).
+ */
+export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: number): void {
+  const chaosSeconds = Number(process.env.CHAOS_SECONDS ?? defaultSeconds);
+  const seed = Number(process.env.CHAOS_SEED ?? randomInt(1, 2 ** 31 - 1));
+  const db = testDatabase();
+
+  interface Partner {
+    key: string;
+    networkId: string;
+    name: string;
+    agents: string[];
+  }
+
+  interface Sent {
+    agentId: string;
+    enabled: boolean;
+    requestId: string;
+    sentAt: number;
+    answeredAt?: number;
+    status?: number;
+    body?: Record<string, unknown>;
+  }
+
+  let redis: RedisStage;
+  let environment: Awaited<ReturnType<typeof processEnvironment>>;
+  const partners: Partner[] = [];
+  const campaignsOf = new Map<string, string[]>();
+  const agentOfCampaign = new Map<string, string>();
+
+  beforeAll(async () => {
+    redis = topology === 'cluster' ? await clusterOfServers() : await singleServer();
+
+    const random = generator(seed);
+    for (let n = 0; n < 2; n += 1) {
+      const partner: Partner = { key: newApiKey(), networkId: await db.network(), name: `chaos-${n}`, agents: [] };
+      for (let a = 0; a < 8; a += 1) {
+        const agentId = await db.agent(partner.networkId);
+        const ids = await db.campaigns(agentId, random.pick([0, 3, 40, 150, 250, 400]));
+        campaignsOf.set(agentId, ids);
+        for (const id of ids) agentOfCampaign.set(id, agentId);
+        partner.agents.push(agentId);
+      }
+      partners.push(partner);
+    }
+    environment = await processEnvironment(
+      partners.map(({ key, networkId, name }) => ({ key, networkId, name })),
+      {
+        OTEL_SDK_DISABLED: 'true',
+        RATE_LIMIT_MAX: '0',
+        DRAIN_DELAY_MS: '0',
+        SHUTDOWN_TIMEOUT_MS: '3000',
+        REQUEST_DEADLINE_MS: '5000',
+        WORKER_LEASE_MS: '4000',
+        WORKER_POLL_INTERVAL_MS: '300',
+        WORKER_BACKOFF_BASE_MS: '200',
+        WORKER_BACKOFF_MAX_MS: '2000',
+        DATABASE_STATEMENT_TIMEOUT_MS: '1000',
+        SPEND_MANAGEMENT_TIMEOUT_MS: '800',
+        REDIS_COMMAND_TIMEOUT_MS: '300',
+        BREAKER_RESET_TIMEOUT_MS: '1000',
+        DISABLES_IN_FLIGHT_PER_NETWORK: '16',
+        ...(process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY
+          ? { SPEND_MANAGEMENT_MAX_CONCURRENCY: process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY }
+          : {}),
+      },
+      { keepRequests: 100_000 },
+    );
+  });
+
+  afterAll(async () => {
+    await environment?.close();
+    await redis?.close();
+    await db.close();
+  });
+
+  /** One replica: the built service behind its own Redis and PostgreSQL proxies, restartable. */
+  async function replica(index: number) {
+    const target = new URL(databaseUrl());
+    const pgProxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) }, { marker: 'pas_', count: 0 });
+    const redisOfReplica = await redis.forReplica();
+    const viaProxy = new URL(databaseUrl());
+    viaProxy.port = String(pgProxy.port);
+    const env = { ...environment.env, DATABASE_URL: viaProxy.toString(), ...redisOfReplica.env };
+    let process: Awaited<ReturnType<typeof startServiceProcess>> | undefined = await startServiceProcess(env);
+    let restarting: Promise<void> | undefined;
+    return {
+      index,
+      pgProxy,
+      redis: redisOfReplica,
+      get baseUrl() {
+        return process?.baseUrl;
+      },
+      async kill(signal: 'SIGKILL' | 'SIGTERM') {
+        const current = process;
+        if (!current || restarting) return;
+        process = undefined;
+        current.child.kill(signal);
+        await current.exited;
+      },
+      restart(): Promise<void> {
+        if (process) return Promise.resolve();
+        restarting ??= startServiceProcess(env).then(
+          (started) => {
+            process = started;
+            restarting = undefined;
+          },
+          () => {
+            restarting = undefined;
+          },
+        );
+        return restarting;
+      },
+      async close() {
+        await restarting;
+        await process?.stop();
+        await pgProxy.close();
+        await redisOfReplica.close();
+      },
+    };
+  }
+
+  describe(`chaos with ${topology === 'cluster' ? 'a Redis Cluster' : 'one Redis server'} for ${chaosSeconds} s (seed ${seed})`, () => {
+    it('keeps the invariants under random faults and converges once they heal', { timeout: (chaosSeconds + 120) * 1_000 }, async () => {
+      console.log(
+        `chaos (${topology}) seed ${seed}; replay with CHAOS_SEED=${seed} CHAOS_SECONDS=${chaosSeconds}` +
+          (process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY
+            ? ` CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY=${process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY}`
+            : ''),
+      );
+      const random = generator(seed ^ 0x5eed);
+      const replicas = await Promise.all([0, 1, 2].map(replica));
+      const sim = environment.simulator.simulator;
+      const sent: Sent[] = [];
+      const platform: pg.Client[] = [];
+      const faultsDone: string[] = [];
+      const chaosEnd = Date.now() + chaosSeconds * 1_000;
+
+      async function send(): Promise<void> {
+        const partner = random.pick(partners);
+        const agentId = random.pick(partner.agents);
+        const enabled = random.next() < 0.4;
+        const target = random.pick(replicas.filter((r) => r.baseUrl));
+        if (!target?.baseUrl) {
+          await sleep(50);
+          return;
+        }
+        const record: Sent = { agentId, enabled, requestId: randomUUID(), sentAt: Date.now() };
+        sent.push(record);
+        try {
+          const response = await fetch(`${target.baseUrl}/partner/agents/status`, {
+            method: 'POST',
+            headers: { 'x-api-key': partner.key, 'content-type': 'application/json', 'x-request-id': record.requestId },
+            body: JSON.stringify({ agentId, enabled }),
+            signal: AbortSignal.timeout(10_000),
+          });
+          record.status = response.status;
+          record.body = (await response.json()) as Record<string, unknown>;
+          record.answeredAt = Date.now();
+        } catch {
+          // The replica died under the request: its outcome is unknown.
+        }
+      }
+
+      async function fault(): Promise<void> {
+        const r = random.pick(replicas);
+        const hold = random.int(500, 3_000);
+        const kind = random.pick([
+          'kill',
+          'term',
+          'db_blackhole',
+          'agent_lock',
+          'campaign_lock',
+          'spend_fail',
+          'spend_hang',
+          'spend_slow',
+          ...redis.faults,
+        ] as const);
+        faultsDone.push(kind);
+        switch (kind) {
+          case 'kill':
+          case 'term':
+            await r.kill(kind === 'kill' ? 'SIGKILL' : 'SIGTERM');
+            await sleep(random.int(200, 1_500));
+            await r.restart();
+            return;
+          case 'db_blackhole':
+            r.pgProxy.arm();
+            return;
+          case 'agent_lock':
+          case 'campaign_lock': {
+            const client = new pg.Client({ connectionString: databaseUrl() });
+            await client.connect();
+            platform.push(client);
+            const agentId = random.pick(random.pick(partners).agents);
+            await client.query('BEGIN');
+            if (kind === 'agent_lock') {
+              const id = randomUUID();
+              await client.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [id, agentId]);
+              campaignsOf.get(agentId)!.push(id);
+              agentOfCampaign.set(id, agentId);
+            } else {
+              const ids = campaignsOf.get(agentId)!;
+              if (ids.length > 0) await client.query('SELECT 1 FROM campaigns WHERE campaign_id = $1 FOR UPDATE', [random.pick(ids)]);
+            }
+            await sleep(hold);
+            await client.query('COMMIT').catch(() => undefined);
+            return;
+          }
+          case 'spend_fail':
+          case 'spend_hang':
+          case 'spend_slow':
+            sim.setMode(kind === 'spend_fail' ? 'fail' : kind === 'spend_hang' ? 'hang' : 'slow', { delayMs: 300 });
+            await sleep(hold);
+            sim.setMode('ok');
+            return;
+          default:
+            await redis.fault(kind, hold, r.redis, random.pick);
+            return;
+        }
+      }
+
+      const load = Array.from({ length: 4 }, async () => {
+        while (Date.now() < chaosEnd) await send();
+      });
+      const faults = (async () => {
+        const running: Promise<void>[] = [];
+        while (Date.now() < chaosEnd) {
+          running.push(fault().catch(() => undefined));
+          await sleep(random.int(300, 1_500));
+        }
+        await Promise.all(running);
+      })();
+      await Promise.all([...load, faults]);
+
+      // Heal: every dependency back, every replica up.
+      sim.setMode('ok');
+      await redis.heal();
+      for (const client of platform) await client.end().catch(() => undefined);
+      await Promise.all(replicas.map((r) => r.restart()));
+      const healedAt = Date.now();
+      console.log(`chaos: ${sent.length} requests, faults ${faultsDone.join(' ')}`);
+
+      const agents = partners.flatMap((p) => p.agents);
+      const latestChange = async () =>
+        new Map(
+          (
+            await db.pool.query(
+              'SELECT DISTINCT ON (agent_id) agent_id, enabled FROM agent_status_changes WHERE agent_id = ANY($1) ORDER BY agent_id, change_id DESC',
+              [agents],
+            )
+          ).rows.map((row) => [row.agent_id as string, row.enabled as boolean]),
+        );
+      const unconverged = async () => {
+        const latest = await latestChange();
+        const pending = new Set(
+          (await db.pool.query('SELECT agent_id FROM pending_disables WHERE agent_id = ANY($1)', [agents])).rows.map((r) => r.agent_id),
+        );
+        const running = new Set(
+          (
+            await db.pool.query('SELECT DISTINCT agent_id FROM campaigns WHERE agent_id = ANY($1) AND active AND NOT paused', [agents])
+          ).rows.map((r) => r.agent_id),
+        );
+        return agents.filter((agentId) => latest.get(agentId) === false && (pending.has(agentId) || running.has(agentId)));
+      };
+      for (;;) {
+        const left = await unconverged();
+        if (left.length === 0) break;
+        if (Date.now() - healedAt > 60_000) throw new Error(`seed ${seed}: not converged 60 s after healing: ${left.join(', ')}`);
+        await sleep(250);
+      }
+      console.log(`chaos: converged ${Date.now() - healedAt} ms after healing`);
+
+      // The three stores agree on every campaign, both ways (docs/interfaces.md §9): paused in the
+      // database implies paused everywhere, and nothing is paused in spend management or Redis while
+      // it runs in the database. What a run sent and could not settle is settled by the workers
+      // through the write-ahead record, within the same 60 s.
+      const allCampaigns = [...agentOfCampaign.keys()];
+      const stores = { pool: db.pool, redis: redis.reader, isPausedInSpendManagement: (id: string) => sim.isPaused(id) };
+      for (;;) {
+        const left = await disagreements(stores, allCampaigns);
+        const { rows: unsettled } = await db.pool.query('SELECT count(*)::int AS n FROM sent_pauses');
+        if (left.length === 0 && unsettled[0].n === 0) break;
+        if (Date.now() - healedAt > 60_000) {
+          throw new Error(
+            `seed ${seed}: stores disagree 60 s after healing: ${JSON.stringify(left.slice(0, 5))} (${left.length}), ${unsettled[0].n} unsettled`,
+          );
+        }
+        await sleep(250);
+      }
+      console.log(`chaos: the three stores agree ${Date.now() - healedAt} ms after healing`);
+
+      // Every disabled agent is flagged.
+      const latest = await latestChange();
+      for (const [agentId, enabled] of latest) if (!enabled) expect(await db.agentApproved(agentId), agentId).toBe(false);
+
+      // No pause call started after an enable answered 200, unless a disable was recorded after it.
+      const { rows: changes } = await db.pool.query(
+        'SELECT change_id::bigint AS change_id, agent_id, enabled, request_id FROM agent_status_changes WHERE agent_id = ANY($1) ORDER BY change_id',
+        [agents],
+      );
+      const answered = new Map(sent.filter((s) => s.answeredAt !== undefined).map((s) => [s.requestId, s]));
+      const violations: string[] = [];
+      for (const call of sim.requests()) {
+        // A call sent again with the key of an earlier one completes that call (its outcome was in
+        // doubt): it is not a new pause call, and an enable does not stop it.
+        if (call.replay) continue;
+        const at = Date.parse(call.at);
+        const agentId = agentOfCampaign.get(call.campaignIds[0]!);
+        if (!agentId) continue;
+        const ofAgent = changes.filter((c) => c.agent_id === agentId);
+        // The latest enable whose 200 reached its client more than 250 ms before the call arrived: the
+        // margin covers the loopback hops and a loaded machine's event-loop delay between a claim
+        // check and its call; a batch that waited for a slot behind a slow call (300 ms here) exceeds it.
+        const enable = ofAgent
+          .filter((c) => c.enabled && answered.get(c.request_id)?.status === 200 && answered.get(c.request_id)!.answeredAt! + 250 < at)
+          .at(-1);
+        if (!enable) continue;
+        const laterDisable = ofAgent.some((c) => !c.enabled && Number(c.change_id) > Number(enable.change_id));
+        if (!laterDisable) violations.push(`${agentId}: call at ${call.at} after enable ${enable.request_id}`);
+      }
+      expect(violations, `seed ${seed}`).toEqual([]);
+
+      // One change row per request that reached its statement; none for one that did not.
+      const rowsPerRequest = new Map<string, number>();
+      for (const change of changes) rowsPerRequest.set(change.request_id, (rowsPerRequest.get(change.request_id) ?? 0) + 1);
+      const wrongCounts: string[] = [];
+      for (const request of sent) {
+        const rows = rowsPerRequest.get(request.requestId) ?? 0;
+        const reached =
+          request.status === 200 ||
+          request.status === 409 ||
+          (request.status === 500 && !request.enabled && typeof request.body?.pausedCampaignCount === 'number');
+        const refused = request.status !== undefined && request.status >= 400 && request.status < 500 && request.status !== 409;
+        if (rows > 1 || (reached && rows !== 1) || (refused && rows !== 0)) {
+          wrongCounts.push(`${request.requestId} (${request.status}): ${rows} rows`);
+        }
+      }
+      expect(wrongCounts, `seed ${seed}`).toEqual([]);
+      expect(sent.filter((s) => s.status === 200).length).toBeGreaterThan(0);
+
+      await Promise.all(replicas.map((r) => r.close()));
+    });
+  });
+}
