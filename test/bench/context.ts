@@ -32,6 +32,8 @@ export interface Partner {
 /** One disable of the latency phase: its time and the calls it made to each store. */
 export interface DisableRun {
   campaigns: number;
+  /** The store topology when it is not the default one server (e.g. 'Redis Cluster'). */
+  topology?: string;
   /** The simulator's answer time for this run (0: it answers at once). */
   spendDelayMs?: number;
   ms: number;
@@ -63,7 +65,14 @@ export interface Results {
 }
 
 /** A service process started the way `npm start` starts it. */
-export type Service = Child & { statusUrl: string; metricsUrl: string };
+export type Service = Child & {
+  statusUrl: string;
+  metricsUrl: string;
+  /** Reads the service's campaign hashes (a cluster's client in cluster mode); default: the run's Redis. */
+  redisReader?: Pick<Redis, 'hget'>;
+  /** The store topology when it is not the default one server. */
+  topology?: string;
+};
 
 /** The run's resources, made before the partners and agents are seeded. */
 export interface Resources {

@@ -17,6 +17,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { cleanUp, createContext, phase, type Service, startService, stop } from './context.js';
 import { isSelected, type Phase, parseOptions } from './options.js';
+import { clusterPhase } from './phases/cluster.js';
 import { disablesUnderLoad } from './phases/concurrent.js';
 import { disableAcrossNetwork, disableLatency } from './phases/disable-latency.js';
 import { enablePhase, idempotencyPhase } from './phases/enable.js';
@@ -78,6 +79,7 @@ if (up) {
     await phase(ctx, 'disable latency', () => disableLatency(ctx, up));
     await phase(ctx, 'disable latency, spend management at 25 ms', () => disableAcrossNetwork(ctx, up));
   }
+  if (selected('cluster')) await phase(ctx, 'Redis Cluster', () => clusterPhase(ctx));
   if (selected('fairness')) await phase(ctx, 'fairness', () => fairness(ctx, up));
   if (selected('concurrent')) await phase(ctx, 'disables under load', () => disablesUnderLoad(ctx, up));
   await stopMainService(up);

@@ -35,12 +35,12 @@ function callsBetween(before: Record<string, number>, after: Record<string, numb
   return { postgres: total('postgres'), redis: total('redis'), byOperation };
 }
 
-/** Campaign ids of `ids` that are paused in Redis (`<prefix>campaign:<id>` field paused = 1). */
-async function pausedInRedis(ctx: BenchContext, redisPrefix: string, ids: readonly string[]): Promise<number> {
-  const pipeline = ctx.redis.pipeline();
-  for (const id of ids) pipeline.hget(`${redisPrefix}campaign:${id}`, 'paused');
-  const answers = (await pipeline.exec()) ?? [];
-  return answers.filter(([, value]) => value === '1').length;
+/** Campaign ids of `ids` that are paused in Redis (`<prefix>campaign:<id>` field paused = 1), one command a key. */
+async function pausedInRedis(ctx: BenchContext, service: Service, ids: readonly string[]): Promise<number> {
+  const reader = service.redisReader ?? ctx.redis;
+  const prefix = `${ctx.prefix}${service.name}:`;
+  const answers = await Promise.all(ids.map((id) => reader.hget(`${prefix}campaign:${id}`, 'paused')));
+  return answers.filter((value) => value === '1').length;
 }
 
 async function disableOnce(ctx: BenchContext, service: Service, campaigns: number, spendDelayMs = 0): Promise<DisableRun> {
@@ -64,7 +64,7 @@ async function disableOnce(ctx: BenchContext, service: Service, campaigns: numbe
   if (response.status !== 200 || body.pausedCampaignCount !== campaigns) {
     throw new Error(`disable of ${campaigns} campaigns answered ${response.status} with pausedCampaignCount ${body.pausedCampaignCount}`);
   }
-  const [left, inRedis] = await Promise.all([activeUnpaused(ctx, [agentId]), pausedInRedis(ctx, `${ctx.prefix}${service.name}:`, ids)]);
+  const [left, inRedis] = await Promise.all([activeUnpaused(ctx, [agentId]), pausedInRedis(ctx, service, ids)]);
   const inSpend = ids.filter((id) => simulator.simulator.isPaused(id)).length;
   if (left !== 0 || inRedis !== campaigns || inSpend !== campaigns) {
     throw new Error(
@@ -73,6 +73,7 @@ async function disableOnce(ctx: BenchContext, service: Service, campaigns: numbe
   }
   return {
     campaigns,
+    ...(service.topology ? { topology: service.topology } : {}),
     ...(spendDelayMs > 0 ? { spendDelayMs } : {}),
     ms,
     postgres: calls.postgres,
@@ -109,7 +110,9 @@ export async function disableAcrossNetwork(ctx: BenchContext, service: Service):
   const { plan, quick } = ctx.options;
   const campaigns = quick ? 1_000 : 10_000;
   const spendDelayMs = 25;
-  console.log(`  disable of ${campaigns} campaigns, spend management answering in ${spendDelayMs} ms:`);
+  console.log(
+    `  disable of ${campaigns} campaigns, spend management answering in ${spendDelayMs} ms${service.topology ? ` (${service.topology})` : ''}:`,
+  );
   try {
     await disableOnce(ctx, service, campaigns, spendDelayMs); // warm-up
     const runs: DisableRun[] = [];
