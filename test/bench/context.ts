@@ -15,6 +15,7 @@ import type { LoadFigure } from './load.js';
 import type { Options } from './options.js';
 import { startOtlpSink } from './otlp-sink.js';
 import type { FloodFigures } from './phases/flood.js';
+import type { PreferFigures } from './phases/prefer.js';
 import { type Child, pinLoadGenerator, pinning, root, startPinned, tail } from './processes.js';
 import { describeMachine, type Machine } from './report.js';
 
@@ -62,6 +63,7 @@ export interface Results {
   fairness?: { aloneMs: number; besideLoadMs: number; spendDelayMs: number; campaigns: number; loadAgents: number; loadCampaigns: number };
   /** A partner's enables alone and beside a flood of bad keys (phases/flood.ts). */
   flood?: FloodFigures;
+  prefer?: PreferFigures;
 }
 
 /** A service process started the way `npm start` starts it. */

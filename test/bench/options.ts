@@ -9,6 +9,7 @@ export const phases = [
   'tracing',
   '401',
   'flood',
+  'prefer',
   '429',
   'disables',
   'cluster',

@@ -139,6 +139,20 @@ export function tableRows(results: Results, plan: Plan): Row[] {
       );
     }
   }
+  if (results.prefer) {
+    const { alone, beside, heavy } = results.prefer;
+    candidates.push(
+      { figure: `enable at ${partnerRate} req/s, alone (B): p99`, value: alone.p99Ms, unit: 'ms', detail: `p50 ${alone.p50Ms} ms` },
+      {
+        figure: `enable at ${partnerRate} req/s beside another network's 16 KiB Prefer headers (4 connections): p99`,
+        value: beside.p99Ms,
+        unit: 'ms',
+        detail: `p50 ${beside.p50Ms} ms; A's ${heavy.requestsPerSecond.toLocaleString('en-US')} req/s`,
+        floor: { figure: 'alone', value: alone.p99Ms },
+        target: { of: 'ratio', op: '<=', limit: 1.5 },
+      },
+    );
+  }
   if (concurrent) {
     candidates.push(
       perSecond(

@@ -24,6 +24,7 @@ import { enablePhase, idempotencyPhase } from './phases/enable.js';
 import { fairness } from './phases/fairness.js';
 import { partnerBesideFlood } from './phases/flood.js';
 import { databaseFloors, floor } from './phases/floors.js';
+import { partnerBesidePreferHeaders } from './phases/prefer.js';
 import { overTheLimit } from './phases/rate-limited.js';
 import { sampledEnable, tracedEnable } from './phases/tracing.js';
 import { unknownKeys } from './phases/unauthorized.js';
@@ -73,6 +74,7 @@ if (selected('tracing')) {
 if (selected('401') || selected('429')) await floor(ctx, 'bare', 'floor: bare Fastify route');
 if (up && selected('401')) await phase(ctx, '401 path', () => unknownKeys(ctx, up));
 if (up && selected('flood')) await phase(ctx, 'a partner beside a flood of bad keys', () => partnerBesideFlood(ctx, up));
+if (up && selected('prefer')) await phase(ctx, 'a partner beside 16 KiB Prefer headers', () => partnerBesidePreferHeaders(ctx, up));
 if (selected('429')) await phase(ctx, '429 path', () => overTheLimit(ctx));
 if (up) {
   if (selected('disables')) {
