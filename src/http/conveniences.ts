@@ -149,11 +149,11 @@ export function readIdempotencyKey(rawHeaders: readonly string[]): string | 'mal
 }
 
 /**
- * Statuses whose answer a key keeps and replays (docs/interfaces.md §11); after any other the key is
- * forgotten. A 404 is not kept either: it changed nothing, a repeat answers it again, and keys
- * spent on agents that are not the network's take no room.
+ * Statuses whose answer a key keeps and replays (docs/interfaces.md §11: 200, 202, 404 and 409); after
+ * any other the key is forgotten. A 404 is kept as the contract says, and takes room in the
+ * network's quota like any kept key, which is what bounds keys spent on agents outside the network.
  */
-const finalStatuses = new Set([200, 202, 409]);
+const finalStatuses = new Set([200, 202, 404, 409]);
 /** The headers a replay restores besides the status and body. */
 const replayedHeaders = ['content-type', 'location', 'preference-applied'] as const;
 

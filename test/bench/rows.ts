@@ -144,7 +144,7 @@ export function tableRows(results: Results, plan: Plan): Row[] {
     candidates.push(
       { figure: `enable at ${partnerRate} req/s, alone (B): p99`, value: alone.p99Ms, unit: 'ms', detail: `p50 ${alone.p50Ms} ms` },
       {
-        figure: `enable at ${partnerRate} req/s beside another network's 16 KiB Prefer headers (4 connections): p99`,
+        figure: `enable at ${partnerRate} req/s beside another network's 16 KiB Prefer headers (4 connections, 20 req/s): p99`,
         value: beside.p99Ms,
         unit: 'ms',
         detail: `p50 ${beside.p50Ms} ms; A's ${heavy.requestsPerSecond.toLocaleString('en-US')} req/s`,

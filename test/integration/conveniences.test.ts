@@ -211,7 +211,7 @@ describe('Idempotency-Key on the POST', () => {
     expect(await counter('replayed')).toBe(replays + 1);
   });
 
-  it('keeps a 202 with its Location; a 404 is not kept', async () => {
+  it('keeps a 202 with its Location, and a 404', async () => {
     const agentId = await db.agent(networkA);
     await db.campaigns(agentId, 150);
     const key = randomUUID();
@@ -229,9 +229,8 @@ describe('Idempotency-Key on the POST', () => {
     expect(missing.statusCode).toBe(404);
     const missingAgain = await post({ agentId: nowhere, enabled: true }, { 'idempotency-key': key.slice(0, 30) });
     expect(missingAgain.statusCode).toBe(404);
-    expect(missingAgain.headers['idempotent-replayed']).toBeUndefined();
-    const { rows } = await db.pool.query('SELECT 1 FROM idempotency_keys WHERE network_id = $1 AND agent_id = $2', [networkA, nowhere]);
-    expect(rows).toEqual([]);
+    expect(missingAgain.headers['idempotent-replayed']).toBe('true');
+    expect(missingAgain.body).toBe(missing.body);
     await vi.waitFor(async () => expect(await pendingRow(agentId)).toBe(false), { timeout: 20_000, interval: 100 });
   });
 
@@ -466,17 +465,17 @@ describe('Idempotency-Keys: stored hashed, a quota per network', () => {
       const send = (agentId: string, idempotencyKey: string | undefined, apiKey = key) =>
         post({ agentId, enabled: true }, idempotencyKey ? { 'idempotency-key': idempotencyKey } : {}, apiKey, quotaSvc);
       const agentId = await db.agent(network);
-      const keys = [randomUUID(), randomUUID(), randomUUID()];
-      // A 404 takes no room: three keys fit after it.
+      const keys = [randomUUID(), randomUUID()];
+      // A 404 is kept (docs/interfaces.md §11) and takes room: two keys fit after it.
       expect((await send(`us-east-1:${randomUUID()}`, randomUUID())).statusCode).toBe(404);
       for (const k of keys) expect((await send(agentId, k)).statusCode).toBe(200);
-      expect(await changeCount(agentId)).toBe(3);
+      expect(await changeCount(agentId)).toBe(2);
 
       const refused = await send(agentId, randomUUID());
       expect(refused.statusCode).toBe(429);
       expect(problemType(refused)).toBe('idempotency-key-quota');
       expect(refused.headers['retry-after']).toBe('60');
-      expect(await changeCount(agentId)).toBe(3);
+      expect(await changeCount(agentId)).toBe(2);
       // What the network holds still answers, and so does a request without a key; other networks have their own room.
       expect((await send(agentId, keys[0])).headers['idempotent-replayed']).toBe('true');
       expect((await send(agentId, undefined)).statusCode).toBe(200);
@@ -484,7 +483,7 @@ describe('Idempotency-Keys: stored hashed, a quota per network', () => {
 
       // A key that expires and is purged makes room again.
       await db.pool.query(
-        "UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE network_id = $1 AND agent_id = $2 AND status = 200 AND ctid = (SELECT min(ctid) FROM idempotency_keys WHERE network_id = $1)",
+        "UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE network_id = $1 AND agent_id = $2 AND status = 200 AND ctid = (SELECT min(ctid) FROM idempotency_keys WHERE network_id = $1 AND agent_id = $2)",
         [network, agentId],
       );
       const pool = await createDatabasePool({ url: databaseUrl(), maxPoolSize: 1, statementTimeoutMs: 2_000 });
