@@ -76,17 +76,24 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   });
   const poolOptions = { url: config.databaseUrl, statementTimeoutMs: config.databaseStatementTimeoutMs, failover };
   // Four pools, so that partner traffic can neither starve the worker nor turn readiness red, and
-  // claim checks never wait behind batch statements.
-  const requestPool = resources.own(
-    'request pool',
-    await createDatabasePool({ ...poolOptions, maxPoolSize: config.databasePoolSize }),
-    (pool) => pool.end(),
+  // claim checks never wait behind batch statements; together at most DATABASE_MAX_CONNECTIONS.
+  const shares = config.databaseConnections;
+  const requestPool = resources.own('request pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.request }), (pool) =>
+    pool.end(),
   );
-  const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 2 }), (pool) => pool.end());
-  const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 1 }), (pool) => pool.end());
+  const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.worker }), (pool) =>
+    pool.end(),
+  );
+  const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.readiness }), (pool) =>
+    pool.end(),
+  );
   // The claim checks that requests' runs make inside spend-management slots: short reads that must
   // not queue behind other runs' batch statements while they hold a slot.
-  const checkPool = resources.own('claim-check pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 4 }), (pool) => pool.end());
+  const checkPool = resources.own(
+    'claim-check pool',
+    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.claimChecks }),
+    (pool) => pool.end(),
+  );
   const agents = createAgentRepository(requestPool, metrics);
   const queue = createDisableQueue(requestPool, metrics, checkPool);
   const sentPauses = createSentPauses(requestPool, metrics);
