@@ -19,8 +19,8 @@ let servers: PrimaryWithStandby;
 let proxy: Awaited<ReturnType<typeof startTcpProxy>>;
 let svc: TestService;
 let networkId: string;
-const agents: { before: string; after: string } = { before: '', after: '' };
-const campaigns: { before: string[]; after: string[] } = { before: [], after: [] };
+const agents = { before: '', during: '', after: '' };
+const campaigns: Record<keyof typeof agents, string[]> = { before: [], during: [], after: [] };
 
 beforeAll(async () => {
   servers = await startPrimaryWithStandby();
@@ -28,7 +28,7 @@ beforeAll(async () => {
   const seed = new pg.Pool({ connectionString: servers.primary.url, max: 2 });
   try {
     networkId = await insertNetwork(seed);
-    for (const which of ['before', 'after'] as const) {
+    for (const which of ['before', 'during', 'after'] as const) {
       agents[which] = await insertAgent(seed, networkId);
       campaigns[which] = await insertCampaigns(seed, agents[which], 250);
     }
@@ -39,7 +39,13 @@ beforeAll(async () => {
   proxy = await startTcpProxy({ host: '127.0.0.1', port: servers.primary.port });
   svc = await startTestService({
     partners: [{ key, networkId, name: 'failover' }],
-    env: { DATABASE_URL: `postgres://postgres@127.0.0.1:${proxy.port}/postgres`, WORKER_POLL_INTERVAL_MS: '500' },
+    env: {
+      DATABASE_URL: `postgres://postgres@127.0.0.1:${proxy.port}/postgres`,
+      WORKER_POLL_INTERVAL_MS: '500',
+      // The disable left pending across the failover is retried soon after spend management heals.
+      WORKER_BACKOFF_MAX_MS: '2000',
+      BREAKER_RESET_TIMEOUT_MS: '500',
+    },
   });
 }, 60_000);
 
@@ -61,7 +67,7 @@ const serviceSessions = (port: number) =>
   );
 
 describe('a failover to a promoted standby, the old primary left read-only and reachable', () => {
-  it('turns readiness 503 while the server is read-only, 200 on the new primary, finishes a disable there and leaves the old server', async () => {
+  it('turns readiness 503 while the server is read-only, 200 on the new primary, finishes the disables there and leaves the old server', async () => {
     // Before: ready, a disable done, and connections in the pools that have only read (status
     // reads, the readiness ping).
     expect(await readiness()).toBe(200);
@@ -69,6 +75,12 @@ describe('a failover to a promoted standby, the old primary left read-only and r
     const reads = await Promise.all(Array.from({ length: 5 }, () => readStatus(agents.after)));
     expect(reads.map((read) => read.statusCode)).toEqual([200, 200, 200, 200, 200]);
     expect((await serviceSessions(servers.primary.port)).length).toBeGreaterThan(0);
+    // A disable recorded on the old primary and left pending (spend management failing): its row
+    // reaches the standby by replication, and the worker has to finish it on the new primary.
+    svc.sim.setMode('fail');
+    const pending = await svc.setStatus(key, agents.during, false);
+    expect(pending.statusCode).toBe(500);
+    expect(pending.json()).toMatchObject({ pausedCampaignCount: 0, remainingCampaignCount: 250 });
 
     // The old primary turns read-only: readiness asks whether the server it reaches takes writes.
     await servers.demotePrimary();
@@ -82,13 +94,15 @@ describe('a failover to a promoted standby, the old primary left read-only and r
     await servers.promoteStandby();
     const switchedAt = performance.now();
     proxy.retarget(servers.standby.port);
+    svc.sim.setMode('ok');
     await waitFor(async () => (await readiness()) === 200, {
       timeoutMs: 10_000,
       intervalMs: 200,
       failure: 'readiness did not come back on the new primary',
     });
 
-    // A disable after the failover: recorded on the new primary and completed there.
+    // A disable after the failover: recorded on the new primary and completed there; and the one
+    // left pending before it, completed by the worker.
     const disabled = await svc.setStatus(key, agents.after, false);
     const newPrimary = await servers.client(servers.standby.port);
     try {
@@ -97,21 +111,23 @@ describe('a failover to a promoted standby, the old primary left read-only and r
       await waitFor(
         async () => {
           const { rows } = await newPrimary.query(
-            `SELECT (SELECT count(*) FROM campaigns WHERE agent_id = $1 AND NOT paused)::int AS unpaused,
-                    EXISTS (SELECT 1 FROM pending_disables WHERE agent_id = $1) AS pending`,
-            [agents.after],
+            `SELECT (SELECT count(*) FROM campaigns WHERE agent_id = ANY($1) AND NOT paused)::int AS unpaused,
+                    EXISTS (SELECT 1 FROM pending_disables WHERE agent_id = ANY($1)) AS pending`,
+            [[agents.during, agents.after]],
           );
           return rows[0].unpaused === 0 && !rows[0].pending;
         },
         {
           timeoutMs: 60_000 - (performance.now() - switchedAt),
           intervalMs: 200,
-          failure: 'the disable did not complete on the new primary',
+          failure: 'the disables did not complete on the new primary',
         },
       );
       expect(disabled.statusCode, disabled.body).toBe(200);
-      expect(campaigns.after.every((id) => svc.sim.isPaused(id))).toBe(true);
-      expect((await svc.pausedInRedis(campaigns.after)).every(Boolean)).toBe(true);
+      for (const ids of [campaigns.during, campaigns.after]) {
+        expect(ids.every((id) => svc.sim.isPaused(id))).toBe(true);
+        expect((await svc.pausedInRedis(ids)).every(Boolean)).toBe(true);
+      }
     } finally {
       await newPrimary.end();
     }
