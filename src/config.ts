@@ -16,7 +16,8 @@ export interface Config {
   metricsPort: number;
   host: string;
   databaseUrl: string;
-  databasePoolSize: number;
+  /** How many connections each of the replica's pools may open (docs/interfaces.md §13, "A connection budget"). */
+  databaseConnections: DatabaseConnections;
   databaseStatementTimeoutMs: number;
   /** One URL, or with `redisCluster` a comma-separated list of seed nodes (docs/interfaces.md §13). */
   redisUrl: string;
@@ -43,6 +44,59 @@ export interface Config {
   pipeline: PipelineSettings;
   worker: WorkerSettings;
   secretsManager: SecretsManagerSettings;
+}
+
+/**
+ * The replica's PostgreSQL connections, all pools together at most `max` (DATABASE_MAX_CONNECTIONS).
+ * Each pool opens connections only as it needs them, up to its share.
+ */
+export interface DatabaseConnections {
+  max: number;
+  /** Partner requests (DATABASE_POOL_SIZE when set). */
+  request: number;
+  /** The convergence worker, its claims and its runs. */
+  worker: number;
+  /** The claim checks that requests' runs make inside spend-management slots. */
+  claimChecks: number;
+  /** /readyz's ping. */
+  readiness: number;
+}
+
+/** The fewest connections a replica can work with: one per pool. */
+const minDatabaseConnections = 4;
+
+/**
+ * How DATABASE_MAX_CONNECTIONS is divided (docs/interfaces.md §13): readiness 1; the worker 2 (1
+ * below 6); the claim checks a quarter, 1 to 4; partner requests the rest. 17 (the default) gives
+ * 10 + 2 + 4 + 1, the sizes the pools had before the budget existed.
+ */
+export function divideConnections(max: number): DatabaseConnections {
+  const readiness = 1;
+  const worker = max >= 6 ? 2 : 1;
+  const claimChecks = Math.min(4, Math.max(1, Math.floor(max / 4)));
+  return { max, request: max - readiness - worker - claimChecks, worker, claimChecks, readiness };
+}
+
+/**
+ * DATABASE_MAX_CONNECTIONS and the older DATABASE_POOL_SIZE: with the pool size alone, the request
+ * pool keeps that size and the others their full shares (the total is the pool size + 7, as before
+ * the budget existed); with both, the request pool is the pool size and must fit in what the
+ * budget leaves it.
+ */
+function databaseConnections(env: Env): DatabaseConnections {
+  const maxSet = Boolean(env.DATABASE_MAX_CONNECTIONS?.trim());
+  const poolSizeSet = Boolean(env.DATABASE_POOL_SIZE?.trim());
+  const max = integer(env, 'DATABASE_MAX_CONNECTIONS', 17, minDatabaseConnections, 1_000);
+  if (!poolSizeSet) return divideConnections(max);
+  const request = integer(env, 'DATABASE_POOL_SIZE', 10, 1, 200);
+  if (!maxSet) return { ...divideConnections(17), request, max: request + 7 };
+  const shares = divideConnections(max);
+  if (request > shares.request) {
+    throw new ConfigError(
+      `DATABASE_POOL_SIZE (${request}) must be at most ${shares.request}: DATABASE_MAX_CONNECTIONS (${max}) leaves that for requests after the worker (${shares.worker}), the claim checks (${shares.claimChecks}) and readiness (${shares.readiness}); set DATABASE_MAX_CONNECTIONS alone`,
+    );
+  }
+  return { ...shares, request };
 }
 
 /** docs/interfaces.md §10. */
@@ -202,7 +256,7 @@ function readConfig(env: Env): Config {
     metricsPort: integer(env, 'METRICS_PORT', 9464, 0, 65_535),
     host: env.HOST?.trim() || '0.0.0.0',
     databaseUrl: url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
-    databasePoolSize: integer(env, 'DATABASE_POOL_SIZE', 10, 1, 200),
+    databaseConnections: databaseConnections(env),
     databaseStatementTimeoutMs: integer(env, 'DATABASE_STATEMENT_TIMEOUT_MS', 5_000, 100, 600_000),
     redisUrl: redisUrl(env, flag(env, 'REDIS_CLUSTER', false)),
     redisCluster: flag(env, 'REDIS_CLUSTER', false),

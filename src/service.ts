@@ -16,6 +16,7 @@ import { Resources } from './resources.js';
 import { createBreaker } from './stores/breaker.js';
 import { type CampaignStateStore, createRedisCampaignState } from './stores/campaign-state.js';
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
+import { ServerFailover } from './stores/database-failover.js';
 import { createDisableQueue } from './stores/disable-queue.js';
 import { createIdempotencyKeys } from './stores/idempotency-keys.js';
 import { createRedisClient, type RedisClient } from './stores/redis-clients.js';
@@ -54,19 +55,45 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   const keySource = resources.own('partner keys', createKeySource(config, keyStore, metrics, logger), (source) => source.stop());
   await keySource.start();
 
-  const poolOptions = { url: config.databaseUrl, statementTimeoutMs: config.databaseStatementTimeoutMs };
+  // One failover watch for the four pools: a server found gone or read-only by any of them is left
+  // by all (docs/interfaces.md §13).
+  const failover = new ServerFailover();
+  // While the old server is still what DATABASE_URL reaches, every new connection retires again:
+  // one log line a second at most, counting those it stands for.
+  let lastRetirementLine = Number.NEGATIVE_INFINITY;
+  let unlogged = { retirements: 0, connections: 0 };
+  failover.onRetire(({ reason, code, retired }) => {
+    metrics.postgresFailovers.inc({ reason });
+    metrics.postgresConnectionsRetired.inc(retired);
+    unlogged = { retirements: unlogged.retirements + 1, connections: unlogged.connections + retired };
+    if (performance.now() - lastRetirementLine < 1_000) return;
+    lastRetirementLine = performance.now();
+    logger.warn(
+      { dependency: 'postgres', reason, code, retiredConnections: unlogged.connections, retirements: unlogged.retirements },
+      'leaving the database server: connections retired',
+    );
+    unlogged = { retirements: 0, connections: 0 };
+  });
+  const poolOptions = { url: config.databaseUrl, statementTimeoutMs: config.databaseStatementTimeoutMs, failover };
   // Four pools, so that partner traffic can neither starve the worker nor turn readiness red, and
-  // claim checks never wait behind batch statements.
-  const requestPool = resources.own(
-    'request pool',
-    await createDatabasePool({ ...poolOptions, maxPoolSize: config.databasePoolSize }),
-    (pool) => pool.end(),
+  // claim checks never wait behind batch statements; together at most DATABASE_MAX_CONNECTIONS.
+  const shares = config.databaseConnections;
+  const requestPool = resources.own('request pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.request }), (pool) =>
+    pool.end(),
   );
-  const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 2 }), (pool) => pool.end());
-  const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 1 }), (pool) => pool.end());
+  const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.worker }), (pool) =>
+    pool.end(),
+  );
+  const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.readiness }), (pool) =>
+    pool.end(),
+  );
   // The claim checks that requests' runs make inside spend-management slots: short reads that must
   // not queue behind other runs' batch statements while they hold a slot.
-  const checkPool = resources.own('claim-check pool', await createDatabasePool({ ...poolOptions, maxPoolSize: 4 }), (pool) => pool.end());
+  const checkPool = resources.own(
+    'claim-check pool',
+    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.claimChecks }),
+    (pool) => pool.end(),
+  );
   const agents = createAgentRepository(requestPool, metrics);
   const queue = createDisableQueue(requestPool, metrics, checkPool);
   const sentPauses = createSentPauses(requestPool, metrics);
@@ -182,7 +209,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   });
 
   const probe = createAgentRepository(probePool, metrics);
-  const readiness = createReadiness({ ping: probe.ping, keyStore, metrics });
+  const readiness = createReadiness({ ping: probe.ping, onReadOnly: () => failover.retire('read_only'), keyStore, metrics });
   const app = await buildApp({
     logger,
     metrics,

@@ -217,6 +217,17 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       labelNames: ['reason'] as const,
       registers: [registry],
     }),
+    postgresFailovers: new Counter({
+      name: 'postgres_failovers_total',
+      help: 'Times this replica left the PostgreSQL server its connections were on, by reason (read_only: a write answered 25006 or readiness found the server read-only; terminated: 57P01-57P03; connection_lost: class 08, a reset or unanswering connection). Each retires every connection opened before it, in all pools.',
+      labelNames: ['reason'] as const,
+      registers: [registry],
+    }),
+    postgresConnectionsRetired: new Counter({
+      name: 'postgres_connections_retired_total',
+      help: 'PostgreSQL connections closed (idle) or marked to close on release (busy) because the replica left their server.',
+      registers: [registry],
+    }),
     markGoodKeyLoad(keys: ServedKeys, at = Date.now()) {
       lastGoodKeyLoad = at;
       metrics.partnerKeysLoaded.set(keys.size);
@@ -237,6 +248,7 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   };
   // Known label sets start at 0, so the first event is an increase that rate() and increase() see.
   for (const reason of ['missing', 'unknown']) metrics.authFailures.inc({ reason }, 0);
+  for (const reason of ['read_only', 'terminated', 'connection_lost']) metrics.postgresFailovers.inc({ reason }, 0);
   for (const outcome of ['completed', 'incomplete', 'failed', 'superseded', 'stopped']) metrics.workerAttempts.inc({ outcome }, 0);
   for (const dependency of ['spend_management', 'redis', 'postgres']) metrics.campaignsNotConfirmed.inc({ dependency }, 0);
   for (const status of ['401', '403']) metrics.spendManagementAuthFailures.inc({ status }, 0);

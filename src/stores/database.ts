@@ -14,11 +14,14 @@ import { z } from 'zod';
 import { statementClientMarginMs } from '../config.js';
 import { DependencyError, type DependencyFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
+import { ServerFailover } from './database-failover.js';
 
 export interface PoolOptions {
   url: string;
   maxPoolSize: number;
   statementTimeoutMs: number;
+  /** Shared by the replica's pools, so that a failover seen in one retires the old server's connections in all (default: this pool's own). */
+  failover?: ServerFailover;
 }
 
 /**
@@ -33,12 +36,14 @@ export interface PoolOptions {
  *   slonik then destroys that connection. slonik 49's pg driver
  *   passes no client-side limit to node-postgres, so it goes through pg.defaults.query_timeout,
  *   which every pg Client of this process reads: the service's only pg clients are these pools
- *   (the migrator sets its own session limits).
+ *   (the migrator sets its own session limits);
+ * - a connection whose server turned out gone or read-only (25006, 57P01-57P03, a lost connection)
+ *   is never reused, and every connection opened before it is retired (src/stores/database-failover.ts).
  */
 export async function createDatabasePool(options: PoolOptions): Promise<DatabasePool> {
   pg.defaults.query_timeout = options.statementTimeoutMs + statementClientMarginMs;
   return createPool(options.url, {
-    driverFactory: createPgDriverFactory(),
+    driverFactory: (options.failover ?? new ServerFailover()).wrap(createPgDriverFactory()),
     maxPoolSize: options.maxPoolSize,
     statementTimeout: options.statementTimeoutMs,
     idleInTransactionSessionTimeout: options.statementTimeoutMs,
@@ -117,6 +122,7 @@ const historyRow = z.object({
   changed_at: z.string().nullable(),
 });
 const countRow = z.object({ n: z.number() });
+const readOnlyRow = z.object({ read_only: z.boolean() });
 
 /** Who asked for a status change, for the audit trail (never the key). */
 export interface ChangeAuthor {
@@ -233,7 +239,11 @@ export interface AgentRepository {
     finish: boolean,
   ): Promise<{ moved: number; skipped: string[]; finished: boolean }>;
   remainingCampaigns(agentId: string): Promise<number>;
-  ping(): Promise<void>;
+  /**
+   * Whether the server this pool reaches takes writes: 'read_only' for a standby or a server that
+   * makes every transaction read-only (a demoted primary, the old address after a failover).
+   */
+  ping(): Promise<'writable' | 'read_only'>;
 }
 
 export const seconds = (ms: number) => sql.fragment`make_interval(secs => ${ms / 1000})`;
@@ -476,7 +486,9 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
 
     ping: () =>
       timed('ping', async () => {
-        await pool.oneFirst(sql.type(oneRow)`SELECT 1 AS one`);
+        const readOnly = await pool.oneFirst(sql.type(readOnlyRow)`
+          SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::boolean AS read_only`);
+        return readOnly ? 'read_only' : 'writable';
       }),
   };
 }

@@ -159,11 +159,11 @@ const rejections: Array<[string, Rejection]> = [
     },
   ],
   [
-    'a pool of no connections',
+    'fewer connections per pod than its four pools need',
     {
-      options: { set: ['database.poolSize=0'] },
-      override: { database: { poolSize: 0 } },
-      path: ['database', 'poolSize'],
+      options: { set: ['database.maxConnections=3'] },
+      override: { database: { maxConnections: 3 } },
+      path: ['database', 'maxConnections'],
       keyword: 'minimum',
     },
   ],

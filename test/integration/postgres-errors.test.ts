@@ -7,6 +7,7 @@ import pg from 'pg';
 import { createPool, type DatabasePool, sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { classifyPostgresError, createDatabasePool } from '../../src/stores/database.js';
+import { failoverReasonOf } from '../../src/stores/database-failover.js';
 import { databaseUrl } from '../support/database-url.js';
 import { freePort } from '../support/process.js';
 
@@ -44,6 +45,13 @@ describe('classifyPostgresError against the real server', () => {
     );
   });
 
+  it('a statement timeout, a constraint and a division by zero say nothing about the server (no failover)', async () => {
+    for (const statement of [sql.unsafe`SELECT pg_sleep(2)`, sql.unsafe`INSERT INTO classify_probe VALUES (1)`, sql.unsafe`SELECT 1/0`]) {
+      const error = await pool.query(statement).catch((caught: unknown) => caught);
+      expect(failoverReasonOf(error)).toBeUndefined();
+    }
+  });
+
   it('a lock not granted at once (55P03) is busy', async () => {
     const holder = await admin.connect();
     try {
@@ -61,7 +69,10 @@ describe('classifyPostgresError against the real server', () => {
     url.searchParams.set('options', '-c default_transaction_read_only=on');
     const readOnly = await createDatabasePool({ url: url.toString(), maxPoolSize: 1, statementTimeoutMs: 1_000 });
     try {
-      expect(await failure(() => readOnly.query(sql.unsafe`INSERT INTO classify_probe VALUES (2)`))).toBe('unavailable');
+      const refused = await readOnly.query(sql.unsafe`INSERT INTO classify_probe VALUES (2)`).catch((error: unknown) => error);
+      expect(classifyPostgresError(refused)).toBe('unavailable');
+      // …and the replica leaves that server (docs/interfaces.md §13).
+      expect(failoverReasonOf(refused)).toEqual({ reason: 'read_only', code: '25006' });
     } finally {
       await readOnly.end();
     }
@@ -74,7 +85,9 @@ describe('classifyPostgresError against the real server', () => {
       const sleeping = victim.query(sql.unsafe`SELECT pg_sleep(5)`);
       await new Promise((resolve) => setTimeout(resolve, 200));
       await admin.query('SELECT pg_terminate_backend($1)', [pid]);
-      expect(await failure(() => sleeping)).toBe('unavailable');
+      const terminated = await sleeping.catch((error: unknown) => error);
+      expect(classifyPostgresError(terminated)).toBe('unavailable');
+      expect(failoverReasonOf(terminated)).toEqual({ reason: 'terminated', code: '57P01' });
     } finally {
       await victim.end();
     }
@@ -88,5 +101,6 @@ describe('classifyPostgresError against the real server', () => {
 
   it("the client's own read time-out (a connection that stopped answering) is timeout", () => {
     expect(classifyPostgresError(new Error('Query read timeout'))).toBe('timeout');
+    expect(failoverReasonOf(new Error('Query read timeout'))?.reason).toBe('connection_lost');
   });
 });

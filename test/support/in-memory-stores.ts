@@ -135,7 +135,9 @@ export function inMemoryStores() {
     async remainingCampaigns(agentId) {
       return unpaused(agentId).length;
     },
-    async ping() {},
+    async ping() {
+      return 'writable' as const;
+    },
   };
 
   const queue: DisableQueue = {

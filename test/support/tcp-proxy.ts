@@ -13,7 +13,10 @@ import { connect, createServer, type Socket } from 'node:net';
  *   and commits) and only what comes back from then on is black-holed: an answer lost after the
  *   commit;
  * - `delay(ms)` holds every answer (server to client) that long before passing it on, in order, as
- *   a slow link or a stalled replica would; `delay(0)` ends it for what arrives from then on.
+ *   a slow link or a stalled replica would; `delay(0)` ends it for what arrives from then on;
+ * - `retarget(port)` sends new connections to another server on the same host while those already
+ *   open stay with the old one: an address that switched (a failover) with the old server still
+ *   reachable.
  */
 export async function startTcpProxy(target: { host: string; port: number }, hold?: { marker: string; count: number; answers?: 'lost' }) {
   const sockets = new Set<Socket>();
@@ -21,9 +24,10 @@ export async function startTcpProxy(target: { host: string; port: number }, hold
   let toHold = hold?.count ?? 0;
   let held = 0;
   let answerDelayMs = 0;
+  let targetPort = target.port;
   const server = createServer((client) => {
     if (cut) return client.destroy();
-    const upstream = connect(target.port, target.host);
+    const upstream = connect(targetPort, target.host);
     for (const socket of [client, upstream]) {
       sockets.add(socket);
       socket.on('close', () => sockets.delete(socket));
@@ -69,6 +73,10 @@ export async function startTcpProxy(target: { host: string; port: number }, hold
     held: () => held,
     delay(ms: number) {
       answerDelayMs = ms;
+    },
+    /** New connections go to this port from now on; open ones stay where they are. */
+    retarget(port: number) {
+      targetPort = port;
     },
     /** Holds the next connection that carries the marker too. */
     arm() {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/config.js';
+import { ConfigError, divideConnections, loadConfig } from '../../src/config.js';
 
 const minimal = {
   DATABASE_URL: 'postgres://u:secret@db:5432/app',
@@ -17,7 +17,7 @@ describe('configuration from the environment', () => {
       redisKeyPrefix: '',
       spendManagementToken: undefined,
       logLevel: 'info',
-      databasePoolSize: 10,
+      databaseConnections: { max: 17, request: 10, worker: 2, claimChecks: 4, readiness: 1 },
       spendManagementTimeoutMs: 2000,
       redisCommandTimeoutMs: 1000,
       breaker: { consecutiveFailures: 5, errorThresholdPercentage: 50, volumeThreshold: 3, resetTimeoutMs: 10000, rollingWindowMs: 30000 },
@@ -96,6 +96,43 @@ describe('configuration from the environment', () => {
     expect(() => loadConfig({ ...minimal, PARTNER_KEYS_POLL_INTERVAL_MS: '60000' })).toThrow(
       /PARTNER_KEYS_POLL_INTERVAL_MS must be between 100 and 10000/,
     );
+  });
+
+  describe('the connection budget (docs/interfaces.md §13)', () => {
+    const total = (divided: ReturnType<typeof divideConnections>) =>
+      divided.request + divided.worker + divided.claimChecks + divided.readiness;
+    /** The pools' sizes: readiness always 1. */
+    const shares = (max: number, request: number, worker: number, claimChecks: number) => ({
+      max,
+      request,
+      worker,
+      claimChecks,
+      readiness: 1,
+    });
+
+    it('divides DATABASE_MAX_CONNECTIONS between the four pools, never past it, one connection each at the least', () => {
+      expect(loadConfig({ ...minimal, DATABASE_MAX_CONNECTIONS: '8' }).databaseConnections).toEqual(shares(8, 3, 2, 2));
+      expect(divideConnections(4)).toEqual(shares(4, 1, 1, 1));
+      expect(divideConnections(40)).toEqual(shares(40, 33, 2, 4));
+      for (let max = 4; max <= 1_000; max += 1) {
+        const divided = divideConnections(max);
+        expect(total(divided), `max ${max}`).toBe(max);
+        expect(Math.min(divided.request, divided.worker, divided.claimChecks, divided.readiness), `max ${max}`).toBeGreaterThanOrEqual(1);
+      }
+      expect(() => loadConfig({ ...minimal, DATABASE_MAX_CONNECTIONS: '3' })).toThrow(
+        /DATABASE_MAX_CONNECTIONS must be between 4 and 1000/,
+      );
+    });
+
+    it('keeps DATABASE_POOL_SIZE alone as before (the request pool, the others beside it), and refuses one the budget cannot hold', () => {
+      expect(loadConfig({ ...minimal, DATABASE_POOL_SIZE: '25' }).databaseConnections).toEqual(shares(32, 25, 2, 4));
+      expect(loadConfig({ ...minimal, DATABASE_POOL_SIZE: '5', DATABASE_MAX_CONNECTIONS: '17' }).databaseConnections).toEqual(
+        shares(17, 5, 2, 4),
+      );
+      expect(() => loadConfig({ ...minimal, DATABASE_POOL_SIZE: '11', DATABASE_MAX_CONNECTIONS: '17' })).toThrow(
+        /DATABASE_POOL_SIZE \(11\) must be at most 10: DATABASE_MAX_CONNECTIONS \(17\) leaves that/,
+      );
+    });
   });
 
   it('rejects an unknown log level', () => {

@@ -126,6 +126,15 @@ The checks a JSON schema cannot express. Included by the Deployment, so every re
 {{- fail "autoscaling.minReplicas must not exceed autoscaling.maxReplicas" }}
 {{- end }}
 {{- end }}
+{{- if not (kindIs "invalid" $v.database.poolSize) }}
+{{- fail (printf "database.poolSize is replaced by database.maxConnections, the connections of a pod in all its pools together (the request pool had poolSize, the other pools 7 more): remove database.poolSize and set database.maxConnections: %d" (add (int $v.database.poolSize) 7)) }}
+{{- end }}
+{{- $pods := ternary $v.autoscaling.maxReplicas $v.replicaCount $v.autoscaling.enabled | int }}
+{{- $migration := ternary 1 0 $v.migrations.enabled }}
+{{- $needed := add (mul $pods (int $v.database.maxConnections)) $migration }}
+{{- if gt (int $needed) (int $v.database.connectionBudget) }}
+{{- fail (printf "database.connectionBudget (%d) is too small: %d pods (%s) x database.maxConnections (%d) + %d for the migration job = %d connections; lower database.maxConnections or the pod count, or raise the budget (docs/operations.md, \"Database connections\")" (int $v.database.connectionBudget) $pods (ternary "autoscaling.maxReplicas" "replicaCount" $v.autoscaling.enabled) (int $v.database.maxConnections) $migration (int $needed)) }}
+{{- end }}
 {{- if $v.podDisruptionBudget.enabled }}
 {{- $hasMin := ne (toString $v.podDisruptionBudget.minAvailable) "" }}
 {{- $hasMax := ne (toString $v.podDisruptionBudget.maxUnavailable) "" }}
@@ -232,7 +241,7 @@ CLAIM_CHECK_MAX_AGE_MS: {{ $c.worker.claimCheckMaxAgeMs | int64 | toString | quo
 SECRETS_MANAGER_CONNECT_TIMEOUT_MS: {{ $c.secretsManager.connectTimeoutMs | int64 | toString | quote }}
 SECRETS_MANAGER_REQUEST_TIMEOUT_MS: {{ $c.secretsManager.requestTimeoutMs | int64 | toString | quote }}
 SECRETS_MANAGER_MAX_ATTEMPTS: {{ $c.secretsManager.maxAttempts | int64 | toString | quote }}
-DATABASE_POOL_SIZE: {{ .Values.database.poolSize | int64 | toString | quote }}
+DATABASE_MAX_CONNECTIONS: {{ .Values.database.maxConnections | int64 | toString | quote }}
 DATABASE_STATEMENT_TIMEOUT_MS: {{ .Values.database.statementTimeoutMs | int64 | toString | quote }}
 REDIS_KEY_PREFIX: {{ .Values.redis.keyPrefix | quote }}
 REDIS_COMMAND_TIMEOUT_MS: {{ .Values.redis.commandTimeoutMs | int64 | toString | quote }}
