@@ -87,6 +87,9 @@ export function createConvergenceWorker(deps: {
             outcome,
             pausedCampaignCount: end.paused,
             ...(end.kind === 'incomplete' ? { remainingCampaignCount: end.remaining, reason: describeCause(end.cause) } : {}),
+            ...(end.kind === 'incomplete' && end.cause.kind === 'dependency' && end.cause.error.sqlstate
+              ? { sqlstate: end.cause.error.sqlstate, sqlstateClass: end.cause.error.logFields.sqlstateClass }
+              : {}),
           };
           if (outcome === 'failed') {
             span.setStatus({ code: SpanStatusCode.ERROR, message: fields.reason ?? 'failed' });
