@@ -18,6 +18,7 @@ describe('configuration from the environment', () => {
       spendManagementToken: undefined,
       logLevel: 'info',
       databasePoolSize: 10,
+      databasePooler: 'none',
       spendManagementTimeoutMs: 2000,
       redisCommandTimeoutMs: 1000,
       breaker: { consecutiveFailures: 5, errorThresholdPercentage: 50, volumeThreshold: 3, resetTimeoutMs: 10000, rollingWindowMs: 30000 },
@@ -95,6 +96,14 @@ describe('configuration from the environment', () => {
     expect(() => loadConfig({ ...minimal, DATABASE_POOL_SIZE: '0' })).toThrow(/DATABASE_POOL_SIZE/);
     expect(() => loadConfig({ ...minimal, PARTNER_KEYS_POLL_INTERVAL_MS: '60000' })).toThrow(
       /PARTNER_KEYS_POLL_INTERVAL_MS must be between 100 and 10000/,
+    );
+  });
+
+  it('reads DATABASE_POOLER: none or transaction, nothing else', () => {
+    expect(loadConfig({ ...minimal, DATABASE_POOLER: 'transaction' }).databasePooler).toBe('transaction');
+    expect(loadConfig({ ...minimal, DATABASE_POOLER: 'none' }).databasePooler).toBe('none');
+    expect(() => loadConfig({ ...minimal, DATABASE_POOLER: 'session' })).toThrow(
+      new ConfigError('DATABASE_POOLER must be one of none, transaction, got "session"'),
     );
   });
 
