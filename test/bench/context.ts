@@ -138,7 +138,7 @@ export async function createContext(options: Options): Promise<BenchContext> {
     /redis_version:(\S+)/.exec(redisInfo)?.[1] ?? 'unknown',
   );
   console.log(
-    `${options.quick ? 'quick' : 'full'} run on ${machine.cpuCount}× ${machine.cpuModel}, Node ${machine.node}, ${pinning ? 'pinned (servers core 0, load core 1)' : 'NOT pinned (taskset or a second core missing)'}, load average ${machine.loadAverageAtStart}`,
+    `${options.quick ? 'quick' : 'full'} run on ${machine.cpuCount}× ${machine.cpuModel}, Node ${machine.node}, ${pinning ? 'pinned (servers core 0, load core 1)' : 'NOT pinned (taskset or a second core missing)'}, load average ${machine.loadAverageAtStart}, DATABASE_POOLER=${options.database.pooler}${options.database.host ? ` via ${options.database.host}` : ''}`,
   );
 
   const resources: Resources = {
@@ -250,6 +250,12 @@ function startCommand(): { args: string[]; env: Record<string, string> } {
   return { args: words.slice(1), env };
 }
 
+/** The run's database as the service processes reach it (directly, or through BENCH_DATABASE_HOST). */
+function serviceDatabaseUrl(ctx: BenchContext): string {
+  const host = ctx.options.database.host;
+  return host ? Object.assign(new URL(ctx.databaseUrl), { host }).toString() : ctx.databaseUrl;
+}
+
 export async function startService(ctx: BenchContext, name: string, env: Record<string, string>): Promise<Service> {
   const port = await freePort();
   const metricsPort = await freePort();
@@ -264,7 +270,8 @@ export async function startService(ctx: BenchContext, name: string, env: Record<
       HOST: '127.0.0.1',
       PORT: String(port),
       METRICS_PORT: String(metricsPort),
-      DATABASE_URL: ctx.databaseUrl,
+      DATABASE_URL: serviceDatabaseUrl(ctx),
+      DATABASE_POOLER: ctx.options.database.pooler,
       REDIS_URL: ctx.redisUrl,
       REDIS_KEY_PREFIX: `${ctx.prefix}${name}:`,
       SPEND_MANAGEMENT_URL: ctx.simulatorUrl,
