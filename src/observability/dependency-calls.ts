@@ -32,18 +32,19 @@ export class DependencyError extends Error {
 
   /** What a log line says of this failure: never a value, never a server's message text. */
   get logFields(): { dependency: string; reason: DependencyFailure; cause: string; sqlstate?: string; sqlstateClass?: string } {
-    return {
-      dependency: this.dependency,
-      reason: this.reason,
-      cause: this.message,
-      ...(this.sqlstate ? { sqlstate: this.sqlstate, sqlstateClass: sqlstateClassOf(this.sqlstate) } : {}),
-    };
+    return { dependency: this.dependency, reason: this.reason, cause: this.message, ...sqlstateFields(this) };
   }
 
   /** `<dependency>:<error class>`, as kept in pending_disables.last_error. */
   get summary(): string {
     return `${this.dependency}:${this.reason}`;
   }
+}
+
+/** A PostgreSQL failure's SQLSTATE and the condition name of its class, for a log line; nothing for any other error. */
+export function sqlstateFields(error: unknown): { sqlstate?: string; sqlstateClass?: string } {
+  const sqlstate = error instanceof DependencyError ? error.sqlstate : undefined;
+  return sqlstate ? { sqlstate, sqlstateClass: sqlstateClassOf(sqlstate) } : {};
 }
 
 /** What an ioredis error says about Redis (never about a key): its command time-out, or unavailable. */

@@ -165,6 +165,23 @@ describe('behind PgBouncer in transaction mode', () => {
     expect((await svc.pausedInRedis(ids)).every(Boolean)).toBe(true);
   });
 
+  it('warns at start when the role bounds statements more loosely than DATABASE_STATEMENT_TIMEOUT_MS', async () => {
+    const loose = await startTestService({
+      partners: [{ key, networkId, name: 'pooled' }],
+      env: { DATABASE_URL: bouncer.url, DATABASE_POOLER: 'transaction', DATABASE_STATEMENT_TIMEOUT_MS: '1000' },
+    });
+    try {
+      expect(loose.logs.records().find((line) => String(line.msg).includes('does not bound statements'))).toMatchObject({
+        level: 'warn',
+        statementTimeoutMs: statementTimeoutMs,
+        idleInTransactionSessionTimeoutMs: statementTimeoutMs,
+        databaseStatementTimeoutMs: 1_000,
+      });
+    } finally {
+      await loose.close();
+    }
+  });
+
   it("the role's statement_timeout ends a statement that waits, and the log names its SQLSTATE", async () => {
     const agentId = await db.agent(networkId, { approved: false });
     const holder = new pg.Client({ connectionString: databaseUrl() });
