@@ -15,6 +15,7 @@ import type { LoadFigure } from './load.js';
 import type { Options } from './options.js';
 import { startOtlpSink } from './otlp-sink.js';
 import type { FloodFigures } from './phases/flood.js';
+import type { StatementCost } from './phases/statements.js';
 import { type Child, pinLoadGenerator, pinning, root, startPinned, tail } from './processes.js';
 import { describeMachine, type Machine } from './report.js';
 
@@ -60,6 +61,8 @@ export interface Results {
   fairness?: { aloneMs: number; besideLoadMs: number; spendDelayMs: number; campaigns: number; loadAgents: number; loadCampaigns: number };
   /** A partner's enables alone and beside a flood of bad keys (phases/flood.ts). */
   flood?: FloodFigures;
+  /** Named against unnamed statements (phases/statements.ts). */
+  statements: StatementCost[];
 }
 
 /** A service process started the way `npm start` starts it. */
@@ -159,7 +162,15 @@ export async function createContext(options: Options): Promise<BenchContext> {
     partners: {},
     badKeys: Array.from({ length: 8 }, () => `pk_wrong_${randomBytes(24).toString('base64url')}`),
     children: [],
-    results: { failures: [], loads: {}, disables: [], concurrent: undefined, processes: {}, exported: { exports: 0, bytes: 0 } },
+    results: {
+      failures: [],
+      loads: {},
+      disables: [],
+      concurrent: undefined,
+      processes: {},
+      exported: { exports: 0, bytes: 0 },
+      statements: [],
+    },
   };
   const seeded = await setUp(resources).catch(async (error: unknown) => {
     await cleanUp(resources);

@@ -2,7 +2,19 @@
 // of loads that follows from them.
 import type { LoadPlan } from './load.js';
 
-export const phases = ['floors', 'enable', 'idempotency', 'tracing', '401', 'flood', '429', 'disables', 'fairness', 'concurrent'] as const;
+export const phases = [
+  'floors',
+  'enable',
+  'idempotency',
+  'tracing',
+  '401',
+  'flood',
+  '429',
+  'disables',
+  'fairness',
+  'concurrent',
+  'statements',
+] as const;
 export type Phase = (typeof phases)[number];
 
 export interface Plan {
