@@ -7,6 +7,13 @@ export class ConfigError extends Error {
   override readonly name = 'ConfigError';
 }
 
+/**
+ * DATABASE_POOLER (docs/interfaces.md §2, §13): `none`, the service talks to PostgreSQL itself;
+ * `transaction`, a pooler in transaction mode (PgBouncer) sits between, and two statements of one
+ * client may run on different server connections.
+ */
+export type DatabasePooler = 'none' | 'transaction';
+
 export type PartnerKeysSource =
   | { kind: 'file'; path: string; pollIntervalMs: number }
   | { kind: 'secrets-manager'; secretId: string; refreshIntervalMs: number };
@@ -19,6 +26,8 @@ export interface Config {
   /** How many connections each of the replica's pools may open (docs/interfaces.md §13, "A connection budget"). */
   databaseConnections: DatabaseConnections;
   databaseStatementTimeoutMs: number;
+  /** DATABASE_POOLER: `transaction` behind PgBouncer in transaction mode (docs/interfaces.md §13). */
+  databasePooler: DatabasePooler;
   /** One URL, or with `redisCluster` a comma-separated list of seed nodes (docs/interfaces.md §13). */
   redisUrl: string;
   /** REDIS_CLUSTER: REDIS_URL names a Redis Cluster. */
@@ -187,6 +196,14 @@ function flag(env: Env, name: string, fallback: boolean): boolean {
   throw new ConfigError(`${name} must be true or false, got "${raw}"`);
 }
 
+/** One of `values`; absent: `fallback`. */
+function oneOf<T extends string>(env: Env, name: string, values: readonly T[], fallback: T): T {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === '') return fallback;
+  if (!(values as readonly string[]).includes(raw)) throw new ConfigError(`${name} must be one of ${values.join(', ')}, got "${raw}"`);
+  return raw as T;
+}
+
 /** REDIS_URL: one URL, or in cluster mode a comma-separated list of seed nodes, each a URL. */
 function redisUrl(env: Env, cluster: boolean): string {
   const value = required(env, 'REDIS_URL');
@@ -258,6 +275,7 @@ function readConfig(env: Env): Config {
     databaseUrl: url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
     databaseConnections: databaseConnections(env),
     databaseStatementTimeoutMs: integer(env, 'DATABASE_STATEMENT_TIMEOUT_MS', 5_000, 100, 600_000),
+    databasePooler: oneOf(env, 'DATABASE_POOLER', ['none', 'transaction'] as const, 'none'),
     redisUrl: redisUrl(env, flag(env, 'REDIS_CLUSTER', false)),
     redisCluster: flag(env, 'REDIS_CLUSTER', false),
     redisKeyPrefix: env.REDIS_KEY_PREFIX ?? '',

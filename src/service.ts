@@ -22,6 +22,7 @@ import { createIdempotencyKeys } from './stores/idempotency-keys.js';
 import { createRedisClient, type RedisClient } from './stores/redis-clients.js';
 import { createSentPauses } from './stores/sent-pauses.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
+import { boundedBy, serverBounds, statementsFor } from './stores/statements.js';
 
 export interface ServiceOptions {
   logger: Logger;
@@ -74,7 +75,12 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     );
     unlogged = { retirements: 0, connections: 0 };
   });
-  const poolOptions = { url: config.databaseUrl, statementTimeoutMs: config.databaseStatementTimeoutMs, failover };
+  const poolOptions = {
+    url: config.databaseUrl,
+    statementTimeoutMs: config.databaseStatementTimeoutMs,
+    failover,
+    pooler: config.databasePooler,
+  };
   // Four pools, so that partner traffic can neither starve the worker nor turn readiness red, and
   // claim checks never wait behind batch statements; together at most DATABASE_MAX_CONNECTIONS.
   const shares = config.databaseConnections;
@@ -94,16 +100,19 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     await createDatabasePool({ ...poolOptions, maxPoolSize: shares.claimChecks }),
     (pool) => pool.end(),
   );
-  const agents = createAgentRepository(requestPool, metrics);
-  const queue = createDisableQueue(requestPool, metrics, checkPool);
+  // Named prepared statements, or unnamed ones behind a pooler (docs/interfaces.md §13).
+  const statement = statementsFor(config.databasePooler);
+  if (config.databasePooler !== 'none') await checkServerBounds(requestPool, config, logger);
+  const agents = createAgentRepository(requestPool, metrics, statement);
+  const queue = createDisableQueue(requestPool, metrics, checkPool, statement);
   const sentPauses = createSentPauses(requestPool, metrics);
   const workerStores = {
-    agents: createAgentRepository(workerPool, metrics),
+    agents: createAgentRepository(workerPool, metrics, statement),
     // The worker checks its claims on its own pool: it takes only what requests leave free.
-    queue: createDisableQueue(workerPool, metrics),
+    queue: createDisableQueue(workerPool, metrics, workerPool, statement),
     sentPauses: createSentPauses(workerPool, metrics),
   };
-  const idempotencyKeys = createIdempotencyKeys(requestPool, metrics, config.limits.idempotencyKeysPerNetwork);
+  const idempotencyKeys = createIdempotencyKeys(requestPool, metrics, config.limits.idempotencyKeysPerNetwork, statement);
 
   const campaignState = resources.own(
     'campaign state',
@@ -205,10 +214,10 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     owner,
     metrics,
     log: logger,
-    expiredKeys: createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork),
+    expiredKeys: createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork, statement),
   });
 
-  const probe = createAgentRepository(probePool, metrics);
+  const probe = createAgentRepository(probePool, metrics, statement);
   const readiness = createReadiness({ ping: probe.ping, onReadOnly: () => failover.retire('read_only'), keyStore, metrics });
   const app = await buildApp({
     logger,
@@ -278,6 +287,20 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 }
 
 export type Service = Awaited<ReturnType<typeof createService>>;
+
+/**
+ * Behind a pooler the service sends no session setting: its statements are bounded on the server
+ * only by the role's settings (docs/operations.md, "Behind PgBouncer"). A start without them is
+ * said once in the log; the client-side bound still ends a statement that does not answer.
+ */
+async function checkServerBounds(pool: Parameters<typeof serverBounds>[0], config: Config, logger: Logger): Promise<void> {
+  const bounds = await serverBounds(pool);
+  if (boundedBy(bounds, config.databaseStatementTimeoutMs)) return;
+  logger.warn(
+    { ...bounds, databaseStatementTimeoutMs: config.databaseStatementTimeoutMs },
+    'behind the pooler, the database role does not bound statements as DATABASE_STATEMENT_TIMEOUT_MS says: set statement_timeout and idle_in_transaction_session_timeout on the role',
+  );
+}
 
 const warnOf = (log: Logger) => (resource: string, reason: string) => log.warn({ resource, reason }, 'resource did not close cleanly');
 

@@ -1,6 +1,7 @@
 import { isSpanContextValid, type Link, type SpanContext, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { WorkerSettings } from '../config.js';
+import { sqlstateFields } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ClaimedDisable } from '../stores/disable-queue.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
@@ -87,6 +88,7 @@ export function createConvergenceWorker(deps: {
             outcome,
             pausedCampaignCount: end.paused,
             ...(end.kind === 'incomplete' ? { remainingCampaignCount: end.remaining, reason: describeCause(end.cause) } : {}),
+            ...(end.kind === 'incomplete' && end.cause.kind === 'dependency' ? sqlstateFields(end.cause.error) : {}),
           };
           if (outcome === 'failed') {
             span.setStatus({ code: SpanStatusCode.ERROR, message: fields.reason ?? 'failed' });
@@ -139,7 +141,7 @@ export function createConvergenceWorker(deps: {
       }
     })()
       .catch((error: unknown) => {
-        log.warn({ reason: (error as Error).message }, 'could not settle recorded pause calls; trying again');
+        log.warn({ reason: (error as Error).message, ...sqlstateFields(error) }, 'could not settle recorded pause calls; trying again');
       })
       .finally(() => {
         settlingRecorded = undefined;
@@ -149,7 +151,10 @@ export function createConvergenceWorker(deps: {
   async function poll(): Promise<void> {
     try {
       await purgeExpiredKeys().catch((error: unknown) => {
-        log.warn({ reason: (error as Error).message }, 'could not delete expired idempotency keys; trying again later');
+        log.warn(
+          { reason: (error as Error).message, ...sqlstateFields(error) },
+          'could not delete expired idempotency keys; trying again later',
+        );
       });
       const stats = await queue.pendingStats();
       metrics.pendingDisables.set(stats.count);
@@ -161,13 +166,16 @@ export function createConvergenceWorker(deps: {
       if (stopped || free <= 0 || stats.count === 0) return;
       for (const claim of await queue.claimDue(deps.owner, settings.leaseMs, free)) {
         const run = attempt(claim).catch((error: unknown) => {
-          log.error({ agentId: claim.agentId, reason: (error as Error).message }, 'pending disable attempt crashed');
+          log.error(
+            { agentId: claim.agentId, reason: (error as Error).message, ...sqlstateFields(error) },
+            'pending disable attempt crashed',
+          );
         });
         running.add(run);
         void run.finally(() => running.delete(run));
       }
     } catch (error) {
-      log.warn({ reason: (error as Error).message }, 'convergence worker could not poll; trying again');
+      log.warn({ reason: (error as Error).message, ...sqlstateFields(error) }, 'convergence worker could not poll; trying again');
     }
   }
 

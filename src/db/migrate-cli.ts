@@ -1,9 +1,12 @@
-// `npm run migrate`: applies the migrations to DATABASE_URL. Exit 1 with one line on failure.
+// `npm run migrate`: applies the migrations to MIGRATION_DATABASE_URL, or DATABASE_URL when it is
+// not set. The migrator needs a direct connection (a session advisory lock, session settings, CREATE
+// INDEX CONCURRENTLY): behind a pooler in transaction mode, MIGRATION_DATABASE_URL names the
+// database itself (docs/interfaces.md §13). Exit 1 with one line on failure.
 import { migrate } from './migrate.js';
 
-const databaseUrl = process.env.DATABASE_URL?.trim();
+const databaseUrl = process.env.MIGRATION_DATABASE_URL?.trim() || process.env.DATABASE_URL?.trim();
 if (!databaseUrl) {
-  console.error('DATABASE_URL is required');
+  console.error('MIGRATION_DATABASE_URL or DATABASE_URL is required');
   process.exit(1);
 }
 try {

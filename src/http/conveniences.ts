@@ -3,6 +3,7 @@
 // change (claimed before the handler runs, its answer kept or forgotten when the answer is sent).
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest, onSendAsyncHookHandler, preHandlerAsyncHookHandler } from 'fastify';
+import { sqlstateFields } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { type IdempotencyKeys, idempotencyKeyDigest, type KeyClaim } from '../stores/idempotency-keys.js';
 import { problem, sendProblem } from './problems.js';
@@ -228,7 +229,7 @@ export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseM
       }
     } catch (error) {
       // The answer stands; the claim runs out by itself and a repeat then takes it over.
-      request.log.warn({ reason: (error as Error).message }, 'idempotency key not settled');
+      request.log.warn({ reason: (error as Error).message, ...sqlstateFields(error) }, 'idempotency key not settled');
     }
     return payload;
   };

@@ -151,7 +151,7 @@ function domainProblem(error: unknown, request: FastifyRequest, reply: FastifyRe
     request.log.error(
       {
         ...(cause.kind === 'dependency'
-          ? { dependency: cause.error.dependency, reason: cause.error.reason, cause: cause.error.message }
+          ? cause.error.logFields
           : cause.kind === 'not_confirmed'
             ? { dependency: cause.dependency, reason: 'not_confirmed' }
             : cause.kind === 'agent_locked'
@@ -174,7 +174,7 @@ function domainProblem(error: unknown, request: FastifyRequest, reply: FastifyRe
     });
   }
   if (error instanceof DependencyError) {
-    request.log.error({ dependency: error.dependency, reason: error.reason, cause: error.message }, 'dependency failure');
+    request.log.error(error.logFields, 'dependency failure');
     return problem('dependencyFailure', problemDetails.database, id);
   }
   return undefined;

@@ -11,10 +11,11 @@ import {
   sql,
 } from 'slonik';
 import { z } from 'zod';
-import { statementClientMarginMs } from '../config.js';
+import { type DatabasePooler, statementClientMarginMs } from '../config.js';
 import { DependencyError, type DependencyFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { ServerFailover } from './database-failover.js';
+import { type Statement, statementsFor } from './statements.js';
 
 export interface PoolOptions {
   url: string;
@@ -22,6 +23,11 @@ export interface PoolOptions {
   statementTimeoutMs: number;
   /** Shared by the replica's pools, so that a failover seen in one retires the old server's connections in all (default: this pool's own). */
   failover?: ServerFailover;
+  /**
+   * `transaction` (DATABASE_POOLER): no session setting is sent; statement_timeout and
+   * idle_in_transaction_session_timeout come from the role's own settings (docs/interfaces.md §13).
+   */
+  pooler?: DatabasePooler;
 }
 
 /**
@@ -39,14 +45,20 @@ export interface PoolOptions {
  *   (the migrator sets its own session limits);
  * - a connection whose server turned out gone or read-only (25006, 57P01-57P03, a lost connection)
  *   is never reused, and every connection opened before it is retired (src/stores/database-failover.ts).
+ * Behind a pooler in transaction mode (`pooler: 'transaction'`) the connection is PgBouncer's and its
+ * session is nobody's: slonik's statement_timeout and idle_in_transaction_session_timeout, sent as
+ * startup parameters, would be refused by PgBouncer (or dropped, when it is told to ignore them), so
+ * none is sent; the server-side bounds are the role's (ALTER ROLE … SET, docs/operations.md), and
+ * the client-side bound stays.
  */
 export async function createDatabasePool(options: PoolOptions): Promise<DatabasePool> {
   pg.defaults.query_timeout = options.statementTimeoutMs + statementClientMarginMs;
+  const sessionTimeout = (options.pooler ?? 'none') === 'none' ? options.statementTimeoutMs : 'DISABLE_TIMEOUT';
   return createPool(options.url, {
     driverFactory: (options.failover ?? new ServerFailover()).wrap(createPgDriverFactory()),
     maxPoolSize: options.maxPoolSize,
-    statementTimeout: options.statementTimeoutMs,
-    idleInTransactionSessionTimeout: options.statementTimeoutMs,
+    statementTimeout: sessionTimeout,
+    idleInTransactionSessionTimeout: sessionTimeout,
     idleTimeout: 60_000,
     connectionTimeout: 2_000,
     queryRetryLimit: 0,
@@ -64,7 +76,7 @@ export function classifyPostgresError(error: unknown): DependencyFailure {
   if (error instanceof StatementTimeoutError) return 'timeout';
   if (error instanceof IntegrityConstraintViolationError) return 'constraint';
   if (error instanceof BackendTerminatedError) return 'unavailable';
-  const sqlstate = String((error as { code?: unknown }).code ?? (error as { cause?: { code?: unknown } }).cause?.code ?? '');
+  const sqlstate = codeOf(error);
   const message = (error as Error).message ?? '';
   if (sqlstate === '57014' || /query read timeout/i.test(message)) return 'timeout';
   if (sqlstate === '55P03' || sqlstate === '40001' || sqlstate === '40P01') return 'busy';
@@ -80,7 +92,25 @@ export function classifyPostgresError(error: unknown): DependencyFailure {
   return 'error';
 }
 
-/** The timing and error wrapper of every statement: PostgreSQL errors leave as DependencyError. */
+/** The error's code: a SQLSTATE, or a socket's (ECONNRESET); on the error or on its cause (slonik wraps pg's). */
+function codeOf(error: unknown): string {
+  return String((error as { code?: unknown }).code ?? (error as { cause?: { code?: unknown } }).cause?.code ?? '');
+}
+
+/**
+ * The SQLSTATE of a PostgreSQL error (the server's or the pooler's), if it has one: five characters
+ * whose class is a digit pair or F0, HV, P0, XX; never a socket's code (ECONNRESET, EPIPE).
+ */
+function sqlstateOf(error: unknown): string | undefined {
+  const code = codeOf(error);
+  return /^([0-9][0-9A-Z]|F0|HV|P0|XX)[0-9A-Z]{3}$/.test(code) ? code : undefined;
+}
+
+/**
+ * The timing and error wrapper of every statement: PostgreSQL errors leave as DependencyError,
+ * with their SQLSTATE (and so its class in the log), never the server's message text, which may
+ * quote a value.
+ */
 export function postgresCall(metrics: Metrics) {
   return <T>(operation: string, run: () => Promise<T>) =>
     timedCall(
@@ -89,7 +119,13 @@ export function postgresCall(metrics: Metrics) {
       operation,
       run,
       (error) =>
-        new DependencyError('postgres', classifyPostgresError(error), `${operation}: ${(error as Error).constructor?.name ?? 'Error'}`),
+        new DependencyError(
+          'postgres',
+          classifyPostgresError(error),
+          `${operation}: ${(error as Error).constructor?.name ?? 'Error'}`,
+          undefined,
+          sqlstateOf(error),
+        ),
     );
 }
 
@@ -184,9 +220,9 @@ export interface StatusChangeRow {
 }
 
 /**
- * The agent and campaign statements. Each method is one autocommit statement; the hot ones are
- * named prepared statements (parsed and planned once per connection: the pool never resets its
- * connections, so they survive); the network id from the partner's key is part of every agent
+ * The agent and campaign statements. Each method is one autocommit statement (or, with If-Match,
+ * one explicit transaction block); the hot ones are made by `statement` (src/stores/statements.ts:
+ * named prepared statements unless a pooler is configured); the network id from the partner's key is part of every agent
  * lookup, so an agent of another network is never read or written. The pending-disables queue and
  * its lease are src/stores/disable-queue.ts.
  */
@@ -273,14 +309,14 @@ const recordChange = (enabled: boolean, author: ChangeAuthor, claim: ChangeCondi
       AND k.claim_token = ${claim?.claimToken ?? null}::uuid
   )`;
 
-export function createAgentRepository(pool: DatabasePool, metrics: Metrics): AgentRepository {
+export function createAgentRepository(pool: DatabasePool, metrics: Metrics, statement: Statement = statementsFor('none')): AgentRepository {
   const timed = postgresCall(metrics);
   const unpausedOf = (agentId: string) => sql.fragment`c.agent_id = ${agentId} AND c.active AND NOT c.paused`;
 
   return {
     enable: (networkId, agentId, author, conditions = {}) =>
       timed('enable_agent', async () => {
-        const statement = sql.prepared('pas_enable_agent', enableRow)`
+        const change = statement('pas_enable_agent', enableRow)`
           WITH agent AS (
             UPDATE agents SET agent_approved = true
             WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid
@@ -295,7 +331,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
           ), ${recordChange(true, author, conditions.keyClaim)}
           SELECT EXISTS (SELECT 1 FROM cleared) AS superseded FROM agent`;
         const made = (row: z.infer<typeof enableRow> | null) => (row ? { supersededDisable: row.superseded } : false);
-        if (!conditions.ifMatch) return made(await pool.maybeOne(statement));
+        if (!conditions.ifMatch) return made(await pool.maybeOne(change));
         const ifMatch = conditions.ifMatch;
         return pool.transaction(async (tx) => {
           // The agent row first (an enable may wait for it), then the agent's change lock.
@@ -304,7 +340,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
           if (!agent) return false;
           const verdict = await checkLatest(tx, networkId, agentId, ifMatch);
           if (verdict !== 'match') return verdict === 'absent' ? false : 'precondition_failed';
-          return made(await tx.maybeOne(statement));
+          return made(await tx.maybeOne(change));
         });
       }),
 
@@ -314,7 +350,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
         // KEY SHARE, which no platform transaction conflicts with) and flagged only when it can be
         // locked at once: a platform transaction that wrote one of the agent's campaigns holds it
         // FOR SHARE (the restriction trigger) and would make an UPDATE wait.
-        const statement = sql.prepared('pas_disable_agent', disableRow)`
+        const change = statement('pas_disable_agent', disableRow)`
           WITH agent AS (
             SELECT agent_id, network_id FROM agents
             WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid
@@ -355,13 +391,13 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
             // No wait for the agent row here: the network with the change lock, the check, the statement.
             const verdict = await checkLatest(tx, networkId, agentId, ifMatch);
             if (verdict !== 'match') return verdict;
-            return tx.maybeOne(statement);
+            return tx.maybeOne(change);
           });
           if (result === 'absent') return undefined;
           if (result === 'mismatch') return 'precondition_failed';
           row = result;
         } else {
-          row = await pool.maybeOne(statement);
+          row = await pool.maybeOne(change);
         }
         return row
           ? { changeId: row.change_id, claimed: row.claimed, flagged: row.flagged, firstBatch: row.campaign_ids, unpaused: row.unpaused }
@@ -370,7 +406,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
 
     readStatus: (networkId, agentId) =>
       timed('read_agent_status', async () => {
-        const row = await pool.maybeOne(sql.prepared('pas_read_agent_status', statusRow)`
+        const row = await pool.maybeOne(statement('pas_read_agent_status', statusRow)`
           SELECT a.agent_id, a.network_id::text AS network_id, a.agent_approved,
                  (SELECT count(*) FROM campaigns c WHERE ${unpausedOf(agentId)})::int AS active_unpaused,
                  EXISTS (SELECT 1 FROM pending_disables p WHERE p.agent_id = a.agent_id) AS in_progress,
@@ -392,7 +428,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
     statusChanges: (networkId, agentId, before, limit) =>
       timed('read_status_changes', async () => {
         // coalesce, not "$before IS NULL OR …": a generic plan keeps coalesce as an index condition.
-        const rows = await pool.any(sql.prepared('pas_read_status_changes', historyRow)`
+        const rows = await pool.any(statement('pas_read_status_changes', historyRow)`
           SELECT s.agent_seq::text AS change_id, s.enabled, s.partner_name, s.request_id,
                  to_char(s.changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS changed_at
           FROM agents a
@@ -423,14 +459,14 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics): Age
 
     nextBatch: (agentId, after, batchSize) =>
       timed('next_campaign_batch', async () => {
-        const row = await pool.one(sql.prepared('pas_next_campaign_batch', idsRow)`
+        const row = await pool.one(statement('pas_next_campaign_batch', idsRow)`
           SELECT ARRAY(SELECT id::text FROM public.unpaused_campaigns_after(${agentId}, ${after}::uuid, ${batchSize}) AS id) AS ids`);
         return row.ids;
       }),
 
     markPaused: (agentId, campaignIds, claim, finish) =>
       timed('mark_campaigns_paused', async () => {
-        const row = await pool.one(sql.prepared('pas_mark_campaigns_paused', markRow)`
+        const row = await pool.one(statement('pas_mark_campaigns_paused', markRow)`
           WITH lockable AS (
             -- Found by primary key only. SKIP LOCKED: a campaign row that another transaction
             -- holds is left for a later pass instead of holding back the batch (and its locks).

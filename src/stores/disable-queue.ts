@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
 import { type Lease, postgresCall, seconds } from './database.js';
 import type { SentBatch } from './sent-pauses.js';
+import { type Statement, statementsFor } from './statements.js';
 
 const heldRow = z.object({ held: z.boolean() });
 const flagRow = z.object({ held: z.boolean(), flagged: z.boolean() });
@@ -88,7 +89,12 @@ export interface DisableQueue {
  * a pool of their own, so that a check never waits behind other runs' long batch statements while
  * it holds a slot. Every other statement runs on `pool`.
  */
-export function createDisableQueue(pool: DatabasePool, metrics: Metrics, checks: DatabasePool = pool): DisableQueue {
+export function createDisableQueue(
+  pool: DatabasePool,
+  metrics: Metrics,
+  checks: DatabasePool = pool,
+  statement: Statement = statementsFor('none'),
+): DisableQueue {
   const timed = postgresCall(metrics);
   return {
     checkClaim: (agentId, lease, renew, sent) =>
@@ -103,7 +109,7 @@ export function createDisableQueue(pool: DatabasePool, metrics: Metrics, checks:
               WHERE agent_id = ${agentId} AND claim_token = ${lease.claimToken}::uuid AND next_attempt_at > now()`;
         // A campaign recorded already (an earlier call whose pause is not settled yet) takes the new
         // call's key: the new call settles it as well as the old one would.
-        const row = await checks.one(sql.prepared(renew ? 'pas_renew_lease' : 'pas_check_claim', heldRow)`
+        const row = await checks.one(statement(renew ? 'pas_renew_lease' : 'pas_check_claim', heldRow)`
           WITH claim AS (${claim}), recorded AS (
             INSERT INTO sent_pauses AS s (campaign_id, agent_id, call_key, next_attempt_at)
             SELECT t.id, ${agentId}, t.call_key, now() + ${seconds(lease.leaseMs)}
@@ -140,7 +146,7 @@ export function createDisableQueue(pool: DatabasePool, metrics: Metrics, checks:
 
     finish: (agentId, claimToken) =>
       timed('finish_disable', async () => {
-        const row = await pool.one(sql.prepared('pas_finish_disable', heldRow)`
+        const row = await pool.one(statement('pas_finish_disable', heldRow)`
           WITH finished AS (
             DELETE FROM pending_disables p
             WHERE p.agent_id = ${agentId} AND p.claim_token = ${claimToken}::uuid

@@ -3,6 +3,7 @@ import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
 import { postgresCall, seconds } from './database.js';
+import { type Statement, statementsFor } from './statements.js';
 
 /** How long a key is remembered (docs/interfaces.md §11). */
 const idempotencyKeyLifetimeHours = 24;
@@ -90,7 +91,12 @@ export interface IdempotencyKeys {
 }
 
 /** `perNetwork`: IDEMPOTENCY_KEYS_PER_NETWORK, the keys one network may hold (docs/interfaces.md §11). */
-export function createIdempotencyKeys(pool: DatabasePool, metrics: Metrics, perNetwork: number): IdempotencyKeys {
+export function createIdempotencyKeys(
+  pool: DatabasePool,
+  metrics: Metrics,
+  perNetwork: number,
+  statement: Statement = statementsFor('none'),
+): IdempotencyKeys {
   const timed = postgresCall(metrics);
 
   /**
@@ -132,7 +138,7 @@ export function createIdempotencyKeys(pool: DatabasePool, metrics: Metrics, perN
         for (let round = 0; round < 3; round += 1) {
           // A new key only under the network's quota (an existing one may always be taken over); the
           // count goes up with each key inserted, in the same statement.
-          const claimed = await pool.maybeOne(sql.prepared('pas_claim_idempotency_key', claimRow)`
+          const claimed = await pool.maybeOne(statement('pas_claim_idempotency_key', claimRow)`
             WITH claimed AS (
             INSERT INTO idempotency_keys AS k
               (network_id, idempotency_key, agent_id, enabled, state, claim_token, lease_until)

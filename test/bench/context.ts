@@ -16,6 +16,7 @@ import type { Options } from './options.js';
 import { startOtlpSink } from './otlp-sink.js';
 import type { FloodFigures } from './phases/flood.js';
 import type { PreferFigures } from './phases/prefer.js';
+import type { StatementCost } from './phases/statements.js';
 import { type Child, pinLoadGenerator, pinning, root, startPinned, tail } from './processes.js';
 import { describeMachine, type Machine } from './report.js';
 
@@ -64,6 +65,8 @@ export interface Results {
   /** A partner's enables alone and beside a flood of bad keys (phases/flood.ts). */
   flood?: FloodFigures;
   prefer?: PreferFigures;
+  /** Named against unnamed statements (phases/statements.ts). */
+  statements: StatementCost[];
 }
 
 /** A service process started the way `npm start` starts it. */
@@ -149,7 +152,7 @@ export async function createContext(options: Options): Promise<BenchContext> {
     /redis_version:(\S+)/.exec(redisInfo)?.[1] ?? 'unknown',
   );
   console.log(
-    `${options.quick ? 'quick' : 'full'} run on ${machine.cpuCount}× ${machine.cpuModel}, Node ${machine.node}, ${pinning ? 'pinned (servers core 0, load core 1)' : 'NOT pinned (taskset or a second core missing)'}, load average ${machine.loadAverageAtStart}`,
+    `${options.quick ? 'quick' : 'full'} run on ${machine.cpuCount}× ${machine.cpuModel}, Node ${machine.node}, ${pinning ? 'pinned (servers core 0, load core 1)' : 'NOT pinned (taskset or a second core missing)'}, load average ${machine.loadAverageAtStart}, DATABASE_POOLER=${options.database.pooler}${options.database.host ? ` via ${options.database.host}` : ''}`,
   );
 
   const resources: Resources = {
@@ -170,7 +173,15 @@ export async function createContext(options: Options): Promise<BenchContext> {
     partners: {},
     badKeys: Array.from({ length: 8 }, () => `pk_wrong_${randomBytes(24).toString('base64url')}`),
     children: [],
-    results: { failures: [], loads: {}, disables: [], concurrent: undefined, processes: {}, exported: { exports: 0, bytes: 0 } },
+    results: {
+      failures: [],
+      loads: {},
+      disables: [],
+      concurrent: undefined,
+      processes: {},
+      exported: { exports: 0, bytes: 0 },
+      statements: [],
+    },
   };
   const seeded = await setUp(resources).catch(async (error: unknown) => {
     await cleanUp(resources);
@@ -261,6 +272,12 @@ function startCommand(): { args: string[]; env: Record<string, string> } {
   return { args: words.slice(1), env };
 }
 
+/** The run's database as the service processes reach it (directly, or through BENCH_DATABASE_HOST). */
+function serviceDatabaseUrl(ctx: BenchContext): string {
+  const host = ctx.options.database.host;
+  return host ? Object.assign(new URL(ctx.databaseUrl), { host }).toString() : ctx.databaseUrl;
+}
+
 export async function startService(ctx: BenchContext, name: string, env: Record<string, string>): Promise<Service> {
   const port = await freePort();
   const metricsPort = await freePort();
@@ -275,7 +292,8 @@ export async function startService(ctx: BenchContext, name: string, env: Record<
       HOST: '127.0.0.1',
       PORT: String(port),
       METRICS_PORT: String(metricsPort),
-      DATABASE_URL: ctx.databaseUrl,
+      DATABASE_URL: serviceDatabaseUrl(ctx),
+      DATABASE_POOLER: ctx.options.database.pooler,
       REDIS_URL: ctx.redisUrl,
       REDIS_KEY_PREFIX: `${ctx.prefix}${name}:`,
       SPEND_MANAGEMENT_URL: ctx.simulatorUrl,

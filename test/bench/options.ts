@@ -15,6 +15,7 @@ export const phases = [
   'cluster',
   'fairness',
   'concurrent',
+  'statements',
 ] as const;
 export type Phase = (typeof phases)[number];
 
@@ -36,6 +37,12 @@ export interface Options {
   only: Set<string> | undefined;
   /** BENCH_SERVICE_FLAGS: Node flags added to the service processes. */
   serviceFlags: string[];
+  /**
+   * How the service processes reach PostgreSQL: BENCH_DATABASE_POOLER (their DATABASE_POOLER,
+   * default none) and BENCH_DATABASE_HOST (host:port their DATABASE_URL names instead of the admin
+   * URL's, e.g. a PgBouncer whose `*` entry forwards every database). Seeding and checks stay direct.
+   */
+  database: { pooler: string; host: string | undefined };
   plan: Plan;
   loadPlan: LoadPlan;
   enablePlan: LoadPlan;
@@ -75,6 +82,7 @@ export function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv): O
     quick,
     only,
     serviceFlags: (env.BENCH_SERVICE_FLAGS ?? '').split(/\s+/).filter(Boolean),
+    database: { pooler: env.BENCH_DATABASE_POOLER?.trim() || 'none', host: env.BENCH_DATABASE_HOST?.trim() || undefined },
     plan,
     loadPlan,
     enablePlan: { ...loadPlan, seconds: plan.enableSeconds },

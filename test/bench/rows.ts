@@ -153,6 +153,15 @@ export function tableRows(results: Results, plan: Plan): Row[] {
       },
     );
   }
+  for (const cost of results.statements) {
+    candidates.push({
+      figure: `statement ${cost.operation}, unnamed (DATABASE_POOLER=transaction)`,
+      value: cost.unnamedUs,
+      unit: 'µs',
+      detail: `one connection, ${cost.executions.toLocaleString('en-US')} sequential executions`,
+      floor: { figure: 'named', value: cost.namedUs },
+    });
+  }
   if (concurrent) {
     candidates.push(
       perSecond(

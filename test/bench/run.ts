@@ -26,6 +26,7 @@ import { partnerBesideFlood } from './phases/flood.js';
 import { databaseFloors, floor } from './phases/floors.js';
 import { partnerBesidePreferHeaders } from './phases/prefer.js';
 import { overTheLimit } from './phases/rate-limited.js';
+import { statementCosts } from './phases/statements.js';
 import { sampledEnable, tracedEnable } from './phases/tracing.js';
 import { unknownKeys } from './phases/unauthorized.js';
 import { memoryOf, root } from './processes.js';
@@ -66,6 +67,7 @@ await phase(ctx, 'service (tracing off)', async () => {
 if (selected('floors')) await databaseFloors(ctx);
 const up = service;
 if (up && selected('enable')) await enablePhase(ctx, up);
+if (selected('statements')) await phase(ctx, 'named and unnamed statements', () => statementCosts(ctx));
 if (up && selected('idempotency')) await idempotencyPhase(ctx, up);
 if (selected('tracing')) {
   await phase(ctx, 'service (tracing on)', () => tracedEnable(ctx));
@@ -105,6 +107,7 @@ const written = writeResults(join(root, 'test/bench/results'), quick || only !==
   concurrentDisables: results.concurrent,
   fairness: results.fairness,
   flood: results.flood,
+  statements: results.statements,
   processes: results.processes,
   tracingExport: results.exported,
   failures: results.failures,

@@ -12,6 +12,7 @@ const contractDefaults: Record<string, string> = {
   LOG_LEVEL: 'info',
   DATABASE_MAX_CONNECTIONS: '17',
   DATABASE_STATEMENT_TIMEOUT_MS: '5000',
+  DATABASE_POOLER: 'none',
   SPEND_MANAGEMENT_TIMEOUT_MS: '2000',
   REDIS_COMMAND_TIMEOUT_MS: '1000',
   REDIS_CLUSTER: 'false',

@@ -99,6 +99,22 @@ describe('migration hook', () => {
     expect(secretOf(container)).toEqual(secretOf(api));
   });
 
+  it('takes MIGRATION_DATABASE_URL from its own Secret when one is named (a direct connection behind a pooler)', () => {
+    const envOf = (options: Parameters<typeof render>[0]) =>
+      findOne<IJob>(render(options), 'Job').spec?.template.spec?.containers[0]?.env ?? [];
+    expect(envOf({}).map((e) => e.name)).not.toContain('MIGRATION_DATABASE_URL');
+    const env = envOf({ set: ['database.pooler=transaction', 'database.migrationUrlSecret.name=pas-database-direct'] });
+    expect(env.find((e) => e.name === 'MIGRATION_DATABASE_URL')?.valueFrom?.secretKeyRef).toEqual({
+      name: 'pas-database-direct',
+      key: 'url',
+    });
+    // The service's own DATABASE_URL stays the pooler's.
+    expect(env.find((e) => e.name === 'DATABASE_URL')?.valueFrom?.secretKeyRef).toEqual({
+      name: 'partner-agent-status-database',
+      key: 'url',
+    });
+  });
+
   it('does not depend on objects the chart creates later (the hook runs first)', () => {
     const spec = job().spec?.template.spec;
     expect(spec?.serviceAccountName).toBeUndefined();

@@ -38,11 +38,11 @@ afterAll(async () => {
   await admin((client) => client.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`));
 });
 
-/** `npm run migrate` with only DATABASE_URL set; its stdout line. */
-async function migrateCommand(): Promise<string> {
+/** `npm run migrate` with only DATABASE_URL set (or the variables given); its stdout line. */
+async function migrateCommand(env: Record<string, string> = { DATABASE_URL: databaseUrl }): Promise<string> {
   const { stdout } = await run('npm', ['run', '--silent', 'migrate'], {
     cwd: root,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', DATABASE_URL: databaseUrl },
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
   });
   return stdout.trim();
 }
@@ -82,6 +82,17 @@ describe('npm run migrate', () => {
 
     expect(await migrateCommand()).toBe(`schema up to date at version ${version}`);
     expect(await schemaSnapshot()).toEqual(first);
+  });
+});
+
+describe('MIGRATION_DATABASE_URL', () => {
+  it('is where the migrator connects when set, whatever DATABASE_URL names (a pooler the migrator must not use)', async () => {
+    const unreachable = new URL(databaseUrl);
+    unreachable.port = '1';
+    expect(await migrateCommand({ DATABASE_URL: unreachable.toString(), MIGRATION_DATABASE_URL: databaseUrl })).toMatch(
+      /^(applied .*; schema version|schema up to date at version) \d+$/,
+    );
+    await expect(migrateCommand({ DATABASE_URL: unreachable.toString() })).rejects.toThrow(/migration failed/);
   });
 });
 

@@ -18,6 +18,7 @@ describe('configuration from the environment', () => {
       spendManagementToken: undefined,
       logLevel: 'info',
       databaseConnections: { max: 17, request: 10, worker: 2, claimChecks: 4, readiness: 1 },
+      databasePooler: 'none',
       spendManagementTimeoutMs: 2000,
       redisCommandTimeoutMs: 1000,
       breaker: { consecutiveFailures: 5, errorThresholdPercentage: 50, volumeThreshold: 3, resetTimeoutMs: 10000, rollingWindowMs: 30000 },
@@ -133,6 +134,14 @@ describe('configuration from the environment', () => {
         /DATABASE_POOL_SIZE \(11\) must be at most 10: DATABASE_MAX_CONNECTIONS \(17\) leaves that/,
       );
     });
+  });
+
+  it('reads DATABASE_POOLER: none or transaction, nothing else', () => {
+    expect(loadConfig({ ...minimal, DATABASE_POOLER: 'transaction' }).databasePooler).toBe('transaction');
+    expect(loadConfig({ ...minimal, DATABASE_POOLER: 'none' }).databasePooler).toBe('none');
+    expect(() => loadConfig({ ...minimal, DATABASE_POOLER: 'session' })).toThrow(
+      new ConfigError('DATABASE_POOLER must be one of none, transaction, got "session"'),
+    );
   });
 
   it('rejects an unknown log level', () => {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { problem, problemTypes } from '../../src/http/problems.js';
+import { DependencyError, sqlstateFields } from '../../src/observability/dependency-calls.js';
 
 describe('problem details (RFC 9457)', () => {
   it('builds each kind with a stable type URN, its title and status', () => {
@@ -68,5 +69,32 @@ describe('problem details (RFC 9457)', () => {
       'pausedCampaignCount',
     ]);
     expect(Object.keys(problem('validation', 'x', 'r5'))).toEqual(['type', 'title', 'status', 'detail', 'requestId']);
+  });
+});
+
+describe('a PostgreSQL failure in the log', () => {
+  it('carries its SQLSTATE and the condition name of its class, never a server message', () => {
+    const failure = new DependencyError('postgres', 'error', 'check_claim: DatabaseError', undefined, '26000');
+    expect(failure.logFields).toEqual({
+      dependency: 'postgres',
+      reason: 'error',
+      cause: 'postgres error: check_claim: DatabaseError (SQLSTATE 26000 invalid_sql_statement_name)',
+      sqlstate: '26000',
+      sqlstateClass: 'invalid_sql_statement_name',
+    });
+    expect(sqlstateFields(new DependencyError('postgres', 'busy', 'x', undefined, '55P03'))).toEqual({
+      sqlstate: '55P03',
+      sqlstateClass: 'object_not_in_prerequisite_state',
+    });
+    expect(sqlstateFields(new DependencyError('postgres', 'unavailable', 'x', undefined, 'P0001'))).toMatchObject({
+      sqlstateClass: 'plpgsql_error',
+    });
+    // No SQLSTATE (a socket's error, another dependency): no fields.
+    expect(new DependencyError('redis', 'timeout', 'x').logFields).toEqual({
+      dependency: 'redis',
+      reason: 'timeout',
+      cause: 'redis timeout: x',
+    });
+    expect(sqlstateFields(new Error('ECONNRESET'))).toEqual({});
   });
 });

@@ -243,6 +243,7 @@ SECRETS_MANAGER_REQUEST_TIMEOUT_MS: {{ $c.secretsManager.requestTimeoutMs | int6
 SECRETS_MANAGER_MAX_ATTEMPTS: {{ $c.secretsManager.maxAttempts | int64 | toString | quote }}
 DATABASE_MAX_CONNECTIONS: {{ .Values.database.maxConnections | int64 | toString | quote }}
 DATABASE_STATEMENT_TIMEOUT_MS: {{ .Values.database.statementTimeoutMs | int64 | toString | quote }}
+DATABASE_POOLER: {{ .Values.database.pooler | quote }}
 REDIS_KEY_PREFIX: {{ .Values.redis.keyPrefix | quote }}
 REDIS_COMMAND_TIMEOUT_MS: {{ .Values.redis.commandTimeoutMs | int64 | toString | quote }}
 REDIS_CLUSTER: {{ .Values.redis.cluster | toString | quote }}
