@@ -22,6 +22,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { disagreements } from './agreement.js';
 import { newApiKey, testDatabase } from './data.js';
 import { databaseUrl } from './database-url.js';
+import { startPgBouncer } from './pgbouncer.js';
 import { freePort, startServiceProcess } from './process.js';
 import { processEnvironment } from './process-environment.js';
 import { startRedisCluster } from './redis-cluster.js';
@@ -173,10 +174,12 @@ async function clusterOfServers(): Promise<RedisStage> {
 }
 
 /**
- * The chaos suite against one Redis topology. `defaultSeconds`: the chaos's length when
+ * The chaos suite against one Redis topology, and PostgreSQL reached directly or through a
+ * PgBouncer in transaction mode (`pooler`: every replica with DATABASE_POOLER=transaction, four
+ * server connections shared by all of them). `defaultSeconds`: the chaos's length when
  * CHAOS_SECONDS is not set (the short form that runs in npm test).
  */
-export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: number): void {
+export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: number, database: 'direct' | 'pooler' = 'direct'): void {
   const chaosSeconds = Number(process.env.CHAOS_SECONDS ?? defaultSeconds);
   const seed = Number(process.env.CHAOS_SEED ?? randomInt(1, 2 ** 31 - 1));
   const db = testDatabase();
@@ -199,6 +202,7 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
   }
 
   let redis: RedisStage;
+  let bouncer: Awaited<ReturnType<typeof startPgBouncer>> | undefined;
   let environment: Awaited<ReturnType<typeof processEnvironment>>;
   const partners: Partner[] = [];
   const campaignsOf = new Map<string, string[]>();
@@ -206,6 +210,14 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
 
   beforeAll(async () => {
     redis = topology === 'cluster' ? await clusterOfServers() : await singleServer();
+    if (database === 'pooler') {
+      // What docs/operations.md asks of the SRE behind a pooler: the bounds on the service's role.
+      const name = new URL(databaseUrl()).pathname.slice(1);
+      for (const setting of ['statement_timeout', 'idle_in_transaction_session_timeout']) {
+        await db.pool.query(`ALTER ROLE postgres IN DATABASE ${pg.escapeIdentifier(name)} SET ${setting} = 1000`);
+      }
+      bouncer = await startPgBouncer(databaseUrl(), { poolSize: 4 });
+    }
 
     const random = generator(seed);
     for (let n = 0; n < 2; n += 1) {
@@ -247,17 +259,25 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
   afterAll(async () => {
     await environment?.close();
     await redis?.close();
+    await bouncer?.close();
     await db.close();
   });
 
-  /** One replica: the built service behind its own Redis and PostgreSQL proxies, restartable. */
+  /**
+   * One replica: the built service behind its own Redis and PostgreSQL proxies, restartable. The
+   * database proxy black-holes a connection at the first statement of the service's own: a named
+   * one (`pas_…`) directly, one naming the pending-disables table behind the pooler (its statements
+   * are unnamed there).
+   */
   async function replica(index: number) {
-    const target = new URL(databaseUrl());
-    const pgProxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) }, { marker: 'pas_', count: 0 });
+    const target = new URL(bouncer?.url ?? databaseUrl());
+    const marker = bouncer ? 'pending_disables' : 'pas_';
+    const pgProxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) }, { marker, count: 0 });
     const redisOfReplica = await redis.forReplica();
-    const viaProxy = new URL(databaseUrl());
+    const viaProxy = new URL(bouncer?.url ?? databaseUrl());
     viaProxy.port = String(pgProxy.port);
-    const env = { ...environment.env, DATABASE_URL: viaProxy.toString(), ...redisOfReplica.env };
+    const pooled: Record<string, string> = bouncer ? { DATABASE_POOLER: 'transaction' } : {};
+    const env = { ...environment.env, DATABASE_URL: viaProxy.toString(), ...pooled, ...redisOfReplica.env };
     let process: Awaited<ReturnType<typeof startServiceProcess>> | undefined = await startServiceProcess(env);
     let restarting: Promise<void> | undefined;
     return {
@@ -296,10 +316,10 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
     };
   }
 
-  describe(`chaos with ${topology === 'cluster' ? 'a Redis Cluster' : 'one Redis server'} for ${chaosSeconds} s (seed ${seed})`, () => {
+  describe(`chaos with ${topology === 'cluster' ? 'a Redis Cluster' : 'one Redis server'}${database === 'pooler' ? ', through PgBouncer,' : ''} for ${chaosSeconds} s (seed ${seed})`, () => {
     it('keeps the invariants under random faults and converges once they heal', { timeout: (chaosSeconds + 120) * 1_000 }, async () => {
       console.log(
-        `chaos (${topology}) seed ${seed}; replay with CHAOS_SEED=${seed} CHAOS_SECONDS=${chaosSeconds}` +
+        `chaos (${topology}, ${database}) seed ${seed}; replay with CHAOS_SEED=${seed} CHAOS_SECONDS=${chaosSeconds}` +
           (process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY
             ? ` CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY=${process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY}`
             : ''),
@@ -366,7 +386,11 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
           case 'agent_lock':
           case 'campaign_lock': {
             const client = new pg.Client({ connectionString: databaseUrl() });
+            client.on('error', () => undefined);
             await client.connect();
+            // A platform session of its own: not bound by the time-outs set on the role for the
+            // service behind the pooler.
+            await client.query('SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0');
             platform.push(client);
             const agentId = random.pick(random.pick(partners).agents);
             await client.query('BEGIN');
