@@ -203,6 +203,7 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
 
   let redis: RedisStage;
   let bouncer: Awaited<ReturnType<typeof startPgBouncer>> | undefined;
+  const started: Array<{ close(): Promise<void> }> = [];
   let environment: Awaited<ReturnType<typeof processEnvironment>>;
   const partners: Partner[] = [];
   const campaignsOf = new Map<string, string[]>();
@@ -257,6 +258,8 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
   });
 
   afterAll(async () => {
+    // Every replica started, whatever became of the test: none is left running after the file.
+    await Promise.all(started.map((r) => r.close()));
     await environment?.close();
     await redis?.close();
     await bouncer?.close();
@@ -280,7 +283,7 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
     const env = { ...environment.env, DATABASE_URL: viaProxy.toString(), ...pooled, ...redisOfReplica.env };
     let process: Awaited<ReturnType<typeof startServiceProcess>> | undefined = await startServiceProcess(env);
     let restarting: Promise<void> | undefined;
-    return {
+    const handle = {
       index,
       pgProxy,
       redis: redisOfReplica,
@@ -297,8 +300,8 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       restart(): Promise<void> {
         if (process) return Promise.resolve();
         restarting ??= startServiceProcess(env).then(
-          (started) => {
-            process = started;
+          (again) => {
+            process = again;
             restarting = undefined;
           },
           () => {
@@ -314,6 +317,8 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
         await redisOfReplica.close();
       },
     };
+    started.push(handle);
+    return handle;
   }
 
   describe(`chaos with ${topology === 'cluster' ? 'a Redis Cluster' : 'one Redis server'}${database === 'pooler' ? ', through PgBouncer,' : ''} for ${chaosSeconds} s (seed ${seed})`, () => {
@@ -538,8 +543,6 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       }
       expect(wrongCounts, `seed ${seed}`).toEqual([]);
       expect(sent.filter((s) => s.status === 200).length).toBeGreaterThan(0);
-
-      await Promise.all(replicas.map((r) => r.close()));
     });
   });
 }
