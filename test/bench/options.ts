@@ -13,6 +13,7 @@ export const phases = [
   '429',
   'disables',
   'cluster',
+  'pooler',
   'fairness',
   'concurrent',
   'statements',

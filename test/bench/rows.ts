@@ -57,6 +57,8 @@ export function tableRows(results: Results, plan: Plan): Row[] {
     perSecond('enable with an Idempotency-Key (a new key each)', 'enable, Idempotency-Key', floorOf('enable without one', 'enable')),
     // The same enable against a Redis Cluster (REDIS_CLUSTER=true): the rate limit's one command per request.
     perSecond('enable, Redis Cluster (3 primaries)', 'enable, Redis Cluster', floorOf('one Redis server', 'enable')),
+    // Through PgBouncer in transaction mode (DATABASE_POOLER=transaction): unnamed statements, one more hop.
+    perSecond('enable, through PgBouncer (transaction mode)', 'enable, through PgBouncer', floorOf('straight to PostgreSQL', 'enable')),
     perSecond('401 path (unknown keys)', '401 path', {
       ...floorOf('bare Fastify', 'floor: bare Fastify route'),
       target: { of: 'ratio', op: '>=', limit: 0.8 },

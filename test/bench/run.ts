@@ -24,6 +24,7 @@ import { enablePhase, idempotencyPhase } from './phases/enable.js';
 import { fairness } from './phases/fairness.js';
 import { partnerBesideFlood } from './phases/flood.js';
 import { databaseFloors, floor } from './phases/floors.js';
+import { poolerPhase } from './phases/pooler.js';
 import { partnerBesidePreferHeaders } from './phases/prefer.js';
 import { overTheLimit } from './phases/rate-limited.js';
 import { statementCosts } from './phases/statements.js';
@@ -84,6 +85,7 @@ if (up) {
     await phase(ctx, 'disable latency, spend management at 25 ms', () => disableAcrossNetwork(ctx, up));
   }
   if (selected('cluster')) await phase(ctx, 'Redis Cluster', () => clusterPhase(ctx));
+  if (selected('pooler')) await phase(ctx, 'PgBouncer', () => poolerPhase(ctx));
   if (selected('fairness')) await phase(ctx, 'fairness', () => fairness(ctx, up));
   if (selected('concurrent')) await phase(ctx, 'disables under load', () => disablesUnderLoad(ctx, up));
   await stopMainService(up);
