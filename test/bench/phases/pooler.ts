@@ -6,9 +6,7 @@
 import pg from 'pg';
 import { startPgBouncer } from '../../support/pgbouncer.js';
 import type { BenchContext } from '../context.js';
-import { startService, stop } from '../context.js';
-import { disableAcrossNetwork } from './disable-latency.js';
-import { checkRateLimitIsOn, measureEnable } from './enable.js';
+import { topologyFigures } from './cluster.js';
 
 /** PgBouncer's server connections: what the service's one replica gets of PostgreSQL through it. */
 const serverConnections = 16;
@@ -20,15 +18,12 @@ export async function poolerPhase(ctx: BenchContext): Promise<void> {
   }
   const bouncer = await startPgBouncer(ctx.databaseUrl, { poolSize: serverConnections });
   try {
-    const started = await startService(ctx, 'service-pooler', { DATABASE_URL: bouncer.url, DATABASE_POOLER: 'transaction' });
-    const service = { ...started, topology: 'through PgBouncer (transaction mode)' };
-    try {
-      await checkRateLimitIsOn(ctx, service.statusUrl);
-      await measureEnable(ctx, 'enable, through PgBouncer', service.statusUrl);
-      await disableAcrossNetwork(ctx, service);
-    } finally {
-      await stop(ctx, started);
-    }
+    await topologyFigures(ctx, {
+      name: 'through PgBouncer (transaction mode)',
+      service: 'service-pooler',
+      env: { DATABASE_URL: bouncer.url, DATABASE_POOLER: 'transaction' },
+      enableFigure: 'enable, through PgBouncer',
+    });
   } finally {
     await bouncer.close();
   }
