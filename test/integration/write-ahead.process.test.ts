@@ -184,7 +184,10 @@ describe('a replica stopped while what it sent is not settled', () => {
   it('SIGKILL while a call is in flight: another replica sends the same call again (same key), and the stores agree', {
     timeout: 60_000,
   }, async () => {
-    const first = await replica();
+    // A lease that outlasts the second replica's start: the enable below comes while the dead
+    // replica's claim still holds, so no worker runs the disable again under new keys first, and
+    // what settles the batch is the record (due when its lease runs out).
+    const first = await replica({ WORKER_LEASE_MS: '6000' });
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 100);
     sim.setMode('slow', { delayMs: 1_500 });
