@@ -2,7 +2,7 @@ import { randomInt } from 'node:crypto';
 import { crc32 } from 'node:zlib';
 
 /**
- * The format of the keys `npm run keys -- issue` makes (CONTRACT.md section 12), chosen so that a
+ * The format of the keys `npm run keys -- issue` makes (docs/interfaces.md §12), chosen so that a
  * secret scanner finds a leaked one with almost no false positives:
  *
  *   pas_ + 32 random Base62 characters (190 bits) + 6 Base62 characters of the CRC-32 of those 32

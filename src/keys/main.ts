@@ -1,5 +1,5 @@
 // `npm run keys -- <command>` (and `node dist/keys.js <command>` in the image): the operator's key
-// tool, CONTRACT.md section 12. See tool.ts.
+// tool, docs/interfaces.md §12. See tool.ts.
 import { text } from 'node:stream/consumers';
 import { runKeysTool } from './tool.js';
 

@@ -11,7 +11,7 @@ export type DependencyName = 'postgres' | 'redis' | 'spend_management' | 'secret
 export type BreakerState = 'closed' | 'half_open' | 'open';
 export const breakerStateValue: Record<BreakerState, number> = { closed: 0, half_open: 1, open: 2 };
 
-/** How far ahead `partner_keys_expiring_soon` looks (CONTRACT.md section 12). */
+/** How far ahead `partner_keys_expiring_soon` looks (docs/interfaces.md §12). */
 const keyExpiryWarningMs = 14 * 24 * 3600 * 1000;
 
 // 5 ms to 5 s, with enough resolution around the p99 objective (250 ms) to alert on it.

@@ -12,7 +12,7 @@ import { startTestService, type TestService } from '../support/service.js';
 /**
  * The built keys tool (`node dist/keys.js`, as the image runs it) changing a key set file that a
  * running service watches: what it issues is accepted and what it revokes refused within the 10 s
- * of CONTRACT.md section 4, and requests with a key that stays never fail meanwhile.
+ * of docs/interfaces.md §4, and requests with a key that stays never fail meanwhile.
  */
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const run = promisify(execFile);
