@@ -11,7 +11,11 @@ export type SimulatorMode = 'ok' | 'fail' | 'hang' | 'slow';
 export interface SimulatorRequest {
   campaignIds: string[];
   idempotencyKey: string;
-  /** A key answered before: the first answer was given again, and nothing was paused anew. */
+  /**
+   * A key seen before: the same call sent again (its sender did not learn its outcome). A key
+   * answered before gets its first answer again and pauses nothing anew; one that was only seen
+   * (the simulator failed or hung on it) is served now.
+   */
   replay: boolean;
   traceparent: string | undefined;
   /** The W3C baggage header, when a caller forwards one (the service must not). */
@@ -62,6 +66,8 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
    * gets its first answer again and pauses nothing anew, as the IETF Idempotency-Key draft has it.
    */
   const answered = new Map<string, string[]>();
+  /** Every key received (the newest `keep × 100`), answered or not. */
+  const seen = new Set<string>();
 
   app.post('/v1/spending-periods/pause', { schema: { body: PauseBody } }, async (request, reply) => {
     if (options.token && request.headers.authorization !== `Bearer ${options.token}`) {
@@ -73,15 +79,20 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     }
     const { traceparent, baggage } = request.headers;
     const earlier = answered.get(idempotencyKey);
+    const firstTime = !seen.has(idempotencyKey);
     requests.push({
       campaignIds: request.body.campaignIds,
       idempotencyKey,
-      replay: earlier !== undefined,
+      replay: !firstTime,
       traceparent: typeof traceparent === 'string' ? traceparent : undefined,
       baggage: typeof baggage === 'string' ? baggage : undefined,
       at: new Date().toISOString(),
     });
     if (requests.length > keep) requests = requests.slice(-keep);
+    if (firstTime) {
+      seen.add(idempotencyKey);
+      if (seen.size > keep * 100) seen.delete(seen.keys().next().value!);
+    }
 
     if (mode === 'fail' && failAfter > 0) failAfter -= 1;
     else if (mode === 'fail') return reply.code(failStatus).send({ error: 'simulated failure' });
@@ -136,6 +147,7 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     paused.clear();
     refused.clear();
     answered.clear();
+    seen.clear();
     requests = [];
     mode = 'ok';
     delayMs = 1_000;
