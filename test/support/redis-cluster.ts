@@ -1,6 +1,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -14,7 +14,7 @@ const run = promisify(execFile);
  * A real Redis Cluster of `redis-server` processes on free ports, made with `redis-cli --cluster
  * create`: `primaries` primaries, each with `replicas` replicas, a short node time-out so that a
  * killed primary's replica takes over within a couple of seconds. Every node keeps its cluster
- * state in a temporary folder of its own, removed by close().
+ * state and its append-only file in a temporary folder, removed by close().
  */
 export async function startRedisCluster(options: { primaries?: number; replicas?: number; nodeTimeoutMs?: number } = {}) {
   const primaries = options.primaries ?? 3;
@@ -22,7 +22,12 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
   const dir = mkdtempSync(join(tmpdir(), 'pas-redis-cluster-'));
   const ports: number[] = [];
   const servers = new Map<number, ChildProcess>();
+  // Each node keeps an append-only file of its own, written through on every write: a node killed
+  // and started again comes back with its data, as a managed node does, never as an empty primary
+  // of its slots (which would wipe its replica too when it syncs).
   const start = (port: number) => {
+    const nodeDir = join(dir, String(port));
+    mkdirSync(nodeDir, { recursive: true });
     const server = spawn(
       'redis-server',
       [
@@ -33,7 +38,9 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
         '--save',
         '',
         '--appendonly',
-        'no',
+        'yes',
+        '--appendfsync',
+        'always',
         '--cluster-enabled',
         'yes',
         '--cluster-config-file',
@@ -41,7 +48,7 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
         '--cluster-node-timeout',
         String(options.nodeTimeoutMs ?? 1_000),
         '--dir',
-        dir,
+        nodeDir,
       ],
       { stdio: 'ignore' },
     );
