@@ -238,7 +238,8 @@ export class DisableRunner {
     // than one check in flight. Local durations are measured on the monotonic clock.
     // When the lease was set or renewed (the claiming statement set it just before the run).
     let renewedAt = performance.now();
-    type CheckAnswer = { held: boolean; sentAt: number };
+    /** `unknown`: the statement failed, and may have committed its record all the same. */
+    type CheckAnswer = { held: boolean; sentAt: number; unknown?: true };
     const checkOnce = async (batches: SentBatch[]): Promise<CheckAnswer> => {
       const sentAt = performance.now();
       // A fresh lease is only checked; one a third gone is renewed too.
@@ -250,7 +251,7 @@ export class DisableRunner {
         return { held, sentAt };
       } catch (error) {
         failure ??= toDependencyError(error);
-        return { held: false, sentAt };
+        return { held: false, sentAt, unknown: true };
       }
     };
     let checking: Promise<CheckAnswer> | undefined;
@@ -284,7 +285,9 @@ export class DisableRunner {
         return false;
       }
       const answer = await check(batch);
-      recorded.value = answer.held;
+      // A check that failed (a time-out, a lost answer) may have recorded the batch: its record is
+      // forgotten like one that holds, so that no call that was never sent is sent later.
+      recorded.value = answer.held || answer.unknown === true;
       if (!answer.held || lostClaim || failure) return false;
       // An answer older than the bound is not trusted: an enable may have answered since its
       // snapshot (it waits that long after its commit before answering).
