@@ -109,6 +109,8 @@ describe('partner keys from a file: the poll catches what the directory watch mi
     const store = new PartnerKeyStore();
     const metrics = createMetrics({ collectDefaults: false });
     const logs = logCapture();
+    // vitest's clock drives the poll: it runs when the test moves the clock by its interval.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
     const keySource = fileKeySource({
       store,
       metrics,
@@ -120,11 +122,13 @@ describe('partner keys from a file: the poll catches what the directory watch mi
       await keySource.start();
       expect(store.lookup(first)?.name).toBe('one');
       writeFileSync(target, keysDocument([{ key: second, networkId, name: 'two' }]));
+      await vi.advanceTimersByTimeAsync(100);
       await vi.waitFor(() => expect(store.lookup(second)?.name).toBe('two'), { timeout: 5_000, interval: 20 });
       expect(store.lookup(first)).toBeUndefined();
       expect(logs.records().map((r) => r.msg)).toEqual(['partner keys loaded', 'partner keys reloaded']);
     } finally {
       keySource.stop();
+      vi.useRealTimers();
       rmSync(linkDir, { recursive: true, force: true });
       rmSync(targetDir, { recursive: true, force: true });
     }
