@@ -39,14 +39,6 @@ async function start(env: Record<string, string>, redisUrl?: string): Promise<Te
   return svc;
 }
 
-const setStatus = (svc: TestService, agentId: string, enabled: boolean) =>
-  svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'x-api-key': key, 'content-type': 'application/json' },
-    payload: { agentId, enabled },
-  });
-
 const until = (what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000) =>
   waitFor(check, { timeoutMs, intervalMs: 50, failure: `timed out waiting for ${what}` });
 
@@ -83,7 +75,7 @@ describe('a platform transaction holds the agent row (the restriction trigger to
       await platform.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [inserted, agentId]);
 
       const started = Date.now();
-      const answer = await setStatus(svc, agentId, false);
+      const answer = await svc.setStatus(key, agentId, false);
       expect(Date.now() - started).toBeLessThan(3_000);
       expect(answer.statusCode).toBe(500);
       expect(answer.json()).toMatchObject({ pausedCampaignCount: 0, detail: expect.stringMatching(/recorded/) });
@@ -113,8 +105,8 @@ describe('a platform transaction holds the agent row (the restriction trigger to
     try {
       await platform.query('BEGIN');
       await platform.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [randomUUID(), agentId]);
-      expect((await setStatus(svc, agentId, false)).statusCode).toBe(500);
-      const enable = setStatus(svc, agentId, true); // waits for the platform's lock
+      expect((await svc.setStatus(key, agentId, false)).statusCode).toBe(500);
+      const enable = svc.setStatus(key, agentId, true); // waits for the platform's lock
       await new Promise((resolve) => setTimeout(resolve, 200));
       await platform.query('COMMIT');
       expect((await enable).statusCode).toBe(200);
@@ -140,7 +132,7 @@ describe('a campaign row locked by another transaction', () => {
       await platform.query('BEGIN');
       await platform.query('SELECT 1 FROM campaigns WHERE campaign_id = $1 FOR UPDATE', [ids[42]]);
       const started = Date.now();
-      const answer = await setStatus(svc, agentId, false);
+      const answer = await svc.setStatus(key, agentId, false);
       expect(Date.now() - started).toBeLessThan(2_000);
       expect(answer.statusCode).toBe(500);
       expect(answer.json()).toMatchObject({ pausedCampaignCount: 99, remainingCampaignCount: 1 });
@@ -178,7 +170,7 @@ describe('a database connection that stops answering (black-holed, not closed)',
       const agentId = await db.agent(networkId);
       const ids = await db.campaigns(agentId, 250);
       const started = Date.now();
-      const answer = await setStatus(svc, agentId, false);
+      const answer = await svc.setStatus(key, agentId, false);
       const took = Date.now() - started;
       expect(proxy.held()).toBe(1);
       expect(took).toBeLessThan(6_000);
@@ -201,9 +193,9 @@ describe('more batches than spend-management slots, and an enable while they wai
     const ids = await db.campaigns(agentId, 400);
     svc.sim.setMode('slow', { delayMs: 600 });
     try {
-      const disable = setStatus(svc, agentId, false);
+      const disable = svc.setStatus(key, agentId, false);
       await until('the first pause call', () => svc.sim.requests().length >= 1);
-      const enabled = await setStatus(svc, agentId, true);
+      const enabled = await svc.setStatus(key, agentId, true);
       expect(enabled.statusCode).toBe(200);
       const answeredAt = Date.now();
       const answer = await disable;
@@ -231,9 +223,9 @@ describe('a superseded disable whose batch in flight meets a Redis outage', () =
       // Slower than the enable's fence (CLAIM_CHECK_MAX_AGE_MS), so that the call is still in flight
       // when the enable has answered and Redis is cut.
       svc.sim.setMode('slow', { delayMs: 2_000 });
-      const disable = setStatus(svc, agentId, false);
+      const disable = svc.setStatus(key, agentId, false);
       await until('the pause call', () => svc.sim.requests().length >= 1);
-      expect((await setStatus(svc, agentId, true)).statusCode).toBe(200);
+      expect((await svc.setStatus(key, agentId, true)).statusCode).toBe(200);
       proxy.cut(); // Redis unreachable when the confirmed batch reaches it
       const answer = await disable;
       svc.sim.setMode('ok');
@@ -259,7 +251,7 @@ describe('a campaign moved to another agent while its batch is in flight', () =>
     const ids = await db.campaigns(agentId, 10);
     svc.sim.setMode('slow', { delayMs: 500 });
     try {
-      const disable = setStatus(svc, agentId, false);
+      const disable = svc.setStatus(key, agentId, false);
       await until('the pause call', () => svc.sim.requests().length >= 1);
       await db.pool.query('UPDATE campaigns SET agent_id = $1 WHERE campaign_id = $2', [other, ids[3]]);
       expect((await disable).statusCode).toBe(200);
@@ -279,7 +271,7 @@ describe('campaigns_paused_total', () => {
     await db.campaigns(agentId, 120);
     svc.sim.setMode('fail');
     try {
-      expect((await setStatus(svc, agentId, false)).statusCode).toBe(500);
+      expect((await svc.setStatus(key, agentId, false)).statusCode).toBe(500);
     } finally {
       svc.sim.setMode('ok');
     }

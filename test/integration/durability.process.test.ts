@@ -4,6 +4,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { postStatus } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 
@@ -47,15 +48,6 @@ afterAll(async () => {
   redis.disconnect();
   await db.close();
 });
-
-function setStatus(baseUrl: string, agentId: string, enabled: boolean, signal?: AbortSignal) {
-  return fetch(`${baseUrl}/partner/agents/status`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': key },
-    body: JSON.stringify({ agentId, enabled }),
-    signal,
-  });
-}
 
 interface PendingRow {
   attempts: number;
@@ -152,7 +144,7 @@ async function longDisableUnderWay(env: Record<string, string>, delayMs: number,
   sim.setMode('slow', { delayMs });
   const service = await startServiceProcess(env);
   const before = sim.requests().length;
-  const request = setStatus(service.baseUrl, agentId, false, signal).catch((error: Error) => error);
+  const request = postStatus(service.baseUrl, key, agentId, false, { signal }).catch((error: Error) => error);
   await vi.waitFor(() => expect(callsFor(ids, before).length).toBeGreaterThanOrEqual(calls), { timeout: 30_000, interval: 10 });
   return { agentId, ids, service, request };
 }
@@ -237,7 +229,7 @@ describe('two processes on one database converge one failed disable', () => {
     try {
       [a, b] = await Promise.all([startServiceProcess(env), startServiceProcess(env)]);
       sim.setMode('fail', { failStatus: 503 });
-      const response = await setStatus(a.baseUrl, agentId, false);
+      const response = await postStatus(a.baseUrl, key, agentId, false);
       expect(response.status).toBe(500);
       expect(await response.json()).toMatchObject({
         type: 'urn:partner-agent-status:problem:dependency-failure',
@@ -361,10 +353,10 @@ describe('an enable on one process stops a disable running on another', () => {
       [a, b] = await Promise.all([startServiceProcess(env), startServiceProcess(env)]);
       sim.setMode('slow', { delayMs: 300 });
       const before = sim.requests().length;
-      const disabling = setStatus(a.baseUrl, agentId, false);
+      const disabling = postStatus(a.baseUrl, key, agentId, false);
       await vi.waitFor(() => expect(callsFor(ids, before).length).toBeGreaterThanOrEqual(1), { timeout: 30_000, interval: 10 });
 
-      const enabled = await setStatus(b.baseUrl, agentId, true);
+      const enabled = await postStatus(b.baseUrl, key, agentId, true);
       const enabledAt = sim.requests().length;
       expect(enabled.status).toBe(200);
       expect(await enabled.json()).toMatchObject({ agentId, enabled: true, pausedCampaignCount: 0 });

@@ -48,14 +48,7 @@ afterAll(async () => {
 
 const enable = async (apiKey: string) => {
   const agentId = await db.agent(networkId);
-  return (
-    await svc.app.inject({
-      method: 'POST',
-      url: '/partner/agents/status',
-      headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
-      payload: { agentId, enabled: true },
-    })
-  ).statusCode;
+  return (await svc.setStatus(apiKey, agentId, true)).statusCode;
 };
 
 const metric = async (series: string) => {

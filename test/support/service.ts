@@ -10,6 +10,7 @@ import { createService, type ServiceOptions } from '../../src/service.js';
 import { createSpendSimulator, type SpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { databaseUrl } from './database-url.js';
 import { attachResponseValidator } from './openapi-validator.js';
+import { injectStatus } from './partner.js';
 
 export interface PartnerKeyRecord {
   key: string;
@@ -95,12 +96,7 @@ export async function startTestService(options: TestServiceOptions) {
     redis,
     /** A partner's status change, as the partner sends it (in process, through the app). */
     setStatus(apiKey: string, agentId: string, enabled: boolean, headers: Record<string, string> = {}) {
-      return service.app.inject({
-        method: 'POST',
-        url: '/partner/agents/status',
-        headers: { 'x-api-key': apiKey, 'content-type': 'application/json', ...headers },
-        payload: { agentId, enabled },
-      });
+      return injectStatus(service.app, apiKey, agentId, enabled, headers);
     },
     /** Whether the campaign hash in Redis says paused. */
     async pausedInRedis(campaignIds: string[]): Promise<boolean[]> {
