@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { expectPausedInDatabaseImpliesEverywhere, serviceStores } from '../support/agreement.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { startTestService, type TestService } from '../support/service.js';
@@ -54,14 +55,6 @@ const unpausedCount = async (agentId: string) =>
   (await db.pool.query('SELECT count(*)::int AS n FROM campaigns WHERE agent_id = $1 AND active AND NOT paused', [agentId])).rows[0]
     .n as number;
 
-/** Paused in the database implies paused in spend management and in Redis, for every campaign given. */
-async function expectDatabaseImpliesEverywhere(svc: TestService, campaignIds: string[]) {
-  const { rows } = await db.pool.query('SELECT campaign_id FROM campaigns WHERE campaign_id = ANY($1) AND paused', [campaignIds]);
-  const inDatabase = rows.map((row) => row.campaign_id as string);
-  expect(inDatabase.filter((id) => !svc.sim.isPaused(id))).toEqual([]);
-  expect((await svc.pausedInRedis(inDatabase)).every(Boolean)).toBe(true);
-}
-
 describe('a platform transaction holds the agent row (the restriction trigger took it FOR SHARE)', () => {
   it('records the disable at once without the lock, answers 500 "recorded", and disables and pauses once the lock frees, with no further request', async () => {
     const svc = await start({ REQUEST_DEADLINE_MS: '2000' });
@@ -89,7 +82,7 @@ describe('a platform transaction holds the agent row (the restriction trigger to
         return !(await db.agentApproved(agentId)) && (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId));
       });
       expect((await db.pausedIds(agentId)).has(inserted)).toBe(true);
-      await expectDatabaseImpliesEverywhere(svc, [...(await db.pausedIds(agentId))]);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
     } finally {
       await platform.query('ROLLBACK').catch(() => undefined);
       await platform.end();
@@ -137,13 +130,13 @@ describe('a campaign row locked by another transaction', () => {
       expect(answer.statusCode).toBe(500);
       expect(answer.json()).toMatchObject({ pausedCampaignCount: 99, remainingCampaignCount: 1 });
       expect((await pendingRow(agentId))?.last_error).toBe('postgres:not_confirmed');
-      await expectDatabaseImpliesEverywhere(svc, ids);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
       await platform.query('COMMIT');
       await until(
         'the worker to pause the locked campaign',
         async () => (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId)),
       );
-      await expectDatabaseImpliesEverywhere(svc, ids);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
     } finally {
       await platform.query('ROLLBACK').catch(() => undefined);
       await platform.end();
@@ -179,7 +172,7 @@ describe('a database connection that stops answering (black-holed, not closed)',
       const failures = await svc.service.metrics.registry.getSingleMetricAsString('dependency_errors_total');
       expect(failures).toMatch(/dependency="postgres",reason="timeout"\} [1-9]/);
       await until('the disable to converge', async () => (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId)), 20_000);
-      await expectDatabaseImpliesEverywhere(svc, ids);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
     } finally {
       await proxy.close();
     }
@@ -205,7 +198,7 @@ describe('more batches than spend-management slots, and an enable while they wai
       const paused = svc.sim.requests().reduce((sum, request) => sum + request.campaignIds.length, 0);
       expect(answer.json().pausedCampaignCount).toBe(paused);
       await until('the batches sent to be marked', async () => (await db.pausedIds(agentId)).size === paused);
-      await expectDatabaseImpliesEverywhere(svc, ids);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
     } finally {
       svc.sim.setMode('ok');
     }
@@ -257,7 +250,7 @@ describe('a campaign moved to another agent while its batch is in flight', () =>
       expect((await disable).statusCode).toBe(200);
       const { rows } = await db.pool.query('SELECT paused FROM campaigns WHERE campaign_id = $1', [ids[3]]);
       expect(rows[0].paused).toBe(true);
-      await expectDatabaseImpliesEverywhere(svc, ids);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
     } finally {
       svc.sim.setMode('ok');
     }

@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
+import { expectPausedInDatabaseImpliesEverywhere, standings } from '../support/agreement.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { postStatus } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
@@ -76,30 +77,17 @@ async function changeRows(agentId: string): Promise<Array<{ enabled: boolean }>>
   return rows;
 }
 
-async function pausedInRedis(ids: readonly string[]): Promise<Set<string>> {
-  const pipeline = redis.pipeline();
-  for (const id of ids) pipeline.hget(`campaign:${id}`, 'paused');
-  const results = (await pipeline.exec()) ?? [];
-  return new Set(ids.filter((_, index) => results[index]?.[1] === '1'));
-}
-
 /**
  * The three stores' view of the agent's campaigns, after checking docs/interfaces.md §7's
  * invariant: a campaign paused in the database is paused in Redis and in spend management.
  */
 async function storesAgree(agentId: string, ids: readonly string[]) {
+  const stores = { pool: db.pool, redis, isPausedInSpendManagement: (id: string) => sim.isPaused(id) };
   const inDatabase = await db.pausedIds(agentId);
-  const inRedis = await pausedInRedis(ids);
-  const inSpendManagement = new Set(ids.filter((id) => sim.isPaused(id)));
-  expect(
-    [...inDatabase].filter((id) => !inRedis.has(id)),
-    'paused in the database but not in Redis',
-  ).toEqual([]);
-  expect(
-    [...inDatabase].filter((id) => !inSpendManagement.has(id)),
-    'paused in the database but not in spend management',
-  ).toEqual([]);
-  return { inDatabase, inRedis, inSpendManagement };
+  await expectPausedInDatabaseImpliesEverywhere(stores, [...inDatabase]);
+  const standing = await standings(stores, ids);
+  const pausedIn = (store: 'redis' | 'spendManagement') => new Set(standing.filter((c) => c[store]).map((c) => c.campaignId));
+  return { inDatabase, inRedis: pausedIn('redis'), inSpendManagement: pausedIn('spendManagement') };
 }
 
 /** Pause calls the simulator received for these campaigns, from index `from` of its log on. */

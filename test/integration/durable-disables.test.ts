@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { expectPausedInDatabaseImpliesEverywhere, serviceStores } from '../support/agreement.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { startTestService, type TestService } from '../support/service.js';
 
@@ -38,13 +39,6 @@ async function pendingRow(agentId: string) {
   return rows[0] as { attempts: number; last_error: string | null; claim_token: string | null; due: boolean } | undefined;
 }
 
-/** docs/interfaces.md §7: paused in the database implies paused in spend management and Redis. */
-async function expectPausedInDatabaseImpliesEverywhere(service: TestService, agentId: string) {
-  const inDatabase = [...(await db.pausedIds(agentId))];
-  expect(inDatabase.every((id) => service.simulator.simulator.isPaused(id))).toBe(true);
-  expect((await service.pausedInRedis(inDatabase)).every(Boolean)).toBe(true);
-}
-
 /** The value of one series, found by its metric name and a piece of its label set. */
 async function metricValue(service: TestService, name: string, labels: string): Promise<number> {
   const text = await service.service.metrics.registry.getSingleMetricAsString(name);
@@ -81,7 +75,7 @@ describe('a campaign spend management leaves out of "paused"', () => {
       });
       expect((await db.pausedIds(agentId)).size).toBe(249);
       expect((await db.pausedIds(agentId)).has(refused)).toBe(false);
-      await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
       expect(await pendingRow(agentId)).toMatchObject({ last_error: 'spend_management:not_confirmed', claim_token: null });
       expect(svc.service.breakers.spendManagement.closed).toBe(true);
       expect(await metricValue(svc, 'circuit_breaker_events_total', 'breaker="spend_management",event="failure"')).toBe(failuresBefore);
@@ -98,7 +92,7 @@ describe('a campaign spend management leaves out of "paused"', () => {
     }
     await convergeByWorker(svc, agentId);
     expect((await db.pausedIds(agentId)).size).toBe(250);
-    await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 });
 
@@ -112,7 +106,7 @@ describe('a Redis key that answers WRONGTYPE', () => {
       const response = await svc.setStatus(key, agentId, false);
       expect(response.statusCode).toBe(500);
       expect(response.json()).toMatchObject({ pausedCampaignCount: 119, remainingCampaignCount: 1 });
-      await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
       expect(await pendingRow(agentId)).toMatchObject({ last_error: 'redis:not_confirmed' });
       expect(svc.service.breakers.redis.closed).toBe(true);
       expect(await svc.service.metrics.registry.getSingleMetricAsString('campaigns_not_confirmed_total')).toMatch(
@@ -139,7 +133,7 @@ describe('the pipeline', () => {
       const { pausedCampaignCount, remainingCampaignCount } = failed.json();
       expect(pausedCampaignCount + remainingCampaignCount).toBe(1_000);
       expect((await db.pausedIds(agentId)).size).toBe(pausedCampaignCount);
-      await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
     } finally {
       svc.sim.setMode('ok');
       svc.service.breakers.spendManagement.close();
@@ -148,7 +142,7 @@ describe('the pipeline', () => {
     const retried = await svc.setStatus(key, agentId, false);
     expect(retried.statusCode).toBe(200);
     expect(retried.json().pausedCampaignCount).toBe(1_000 - before);
-    await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 
   it('counts each campaign once across concurrent disables of many agents', async () => {
@@ -162,7 +156,7 @@ describe('the pipeline', () => {
     expect(responses.reduce((sum, r) => sum + r.json().pausedCampaignCount, 0)).toBe(8 * 150);
     for (const agentId of agents) {
       expect((await db.pausedIds(agentId)).size).toBe(150);
-      await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
       expect(await pendingRow(agentId)).toBeUndefined();
     }
   });
@@ -260,7 +254,7 @@ describe('the worker', () => {
         .filter((id) => ids.includes(id));
       expect(sent.length).toBe(300);
       expect(new Set(sent).size).toBe(300);
-      await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
     } finally {
       svc.sim.setMode('ok');
       await second.close();

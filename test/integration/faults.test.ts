@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { expectPausedInDatabaseImpliesEverywhere, serviceStores } from '../support/agreement.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { startTestService, type TestService } from '../support/service.js';
@@ -33,13 +34,6 @@ afterAll(async () => {
   await db.close();
 });
 
-/** docs/interfaces.md §7: paused in the database implies paused in spend management and Redis. */
-async function expectPausedInDatabaseImpliesEverywhere(agentId: string) {
-  const inDatabase = [...(await db.pausedIds(agentId))];
-  expect(inDatabase.every((id) => svc.sim.isPaused(id))).toBe(true);
-  expect((await svc.pausedInRedis(inDatabase)).every(Boolean)).toBe(true);
-}
-
 async function resetBreakers() {
   svc.service.breakers.spendManagement.close();
   svc.service.breakers.redis.close();
@@ -70,7 +64,7 @@ describe('spend management failing', () => {
     const retried = await svc.setStatus(key, agentId, false);
     expect(retried.statusCode).toBe(200);
     expect(retried.json().pausedCampaignCount).toBe(150);
-    await expectPausedInDatabaseImpliesEverywhere(agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 
   it('stops after a batch fails midway: the batches before it are paused everywhere, the retry counts the rest', async () => {
@@ -83,7 +77,7 @@ describe('spend management failing', () => {
     expect(failed.statusCode).toBe(500);
     expect(failed.json()).toMatchObject({ pausedCampaignCount: 100, remainingCampaignCount: 150 });
     expect((await db.pausedIds(agentId)).size).toBe(100);
-    await expectPausedInDatabaseImpliesEverywhere(agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
 
     // Two batches in flight failed together: that opens the breaker (tested on its own below).
     await resetBreakers();
@@ -91,7 +85,7 @@ describe('spend management failing', () => {
     const retried = await svc.setStatus(key, agentId, false);
     expect(retried.json().pausedCampaignCount).toBe(150);
     expect((await db.pausedIds(agentId)).size).toBe(250);
-    await expectPausedInDatabaseImpliesEverywhere(agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 
   it('answers 500 when spend management hangs, within the configured timeout', async () => {
@@ -108,7 +102,7 @@ describe('spend management failing', () => {
 
     svc.sim.setMode('ok');
     expect((await svc.setStatus(key, agentId, false)).json().pausedCampaignCount).toBe(3);
-    await expectPausedInDatabaseImpliesEverywhere(agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 });
 
@@ -136,7 +130,7 @@ describe('Redis unreachable', () => {
     expect(retried!.statusCode).toBe(200);
     expect(retried!.json().pausedCampaignCount).toBe(20);
     expect((await svc.pausedInRedis(ids)).every(Boolean)).toBe(true);
-    await expectPausedInDatabaseImpliesEverywhere(agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 });
 
