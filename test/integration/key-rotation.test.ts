@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { keysDocument, type PartnerKeyRecord, startTestService, type TestService } from '../support/service.js';
+import { keysDocument, type PartnerKeyRecord } from '../support/environment.js';
+import { startTestService, type TestService } from '../support/service.js';
 
 /**
  * A Secret volume as kubelet writes it: the data lives in a timestamped directory, `..data` is a

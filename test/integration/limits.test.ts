@@ -3,7 +3,8 @@ import { performance } from 'node:perf_hooks';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { type PartnerKeyRecord, startTestService, type TestService } from '../support/service.js';
+import type { PartnerKeyRecord } from '../support/environment.js';
+import { startTestService, type TestService } from '../support/service.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 import { waitFor } from '../support/wait.js';
 

@@ -7,7 +7,8 @@ import { PartnerKeyStore } from '../../src/auth/partner-keys.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { newApiKey } from '../support/data.js';
-import { keysDocument, logCapture } from '../support/service.js';
+import { keysDocument } from '../support/environment.js';
+import { logCapture } from '../support/service.js';
 
 const networkId = '6f9619ff-8b86-4d01-b42d-00cf4fc964ff';
 
