@@ -2,12 +2,12 @@
 // failure of Redis, not of single campaigns: the breaker counts it, the client reconnects, and the
 // disable converges once Redis takes writes again. A real redis-server on a free port is made a
 // replica of nothing with REPLICAOF, as a failover leaves an old primary.
-import { type ChildProcess, spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { Redis } from 'ioredis';
+import type { ChildProcess } from 'node:child_process';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { freePort } from '../support/process.js';
+import { killRedisServer, redisAdmin, spawnRedisServer } from '../support/redis-server.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 const db = testDatabase();
@@ -20,11 +20,8 @@ let networkId: string;
 
 beforeAll(async () => {
   port = await freePort();
-  server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-    stdio: 'ignore',
-  });
-  admin = new Redis({ port, host: '127.0.0.1', retryStrategy: () => 100 });
-  admin.on('error', () => undefined);
+  server = spawnRedisServer(port);
+  admin = redisAdmin(port);
   await admin.ping(); // queued until the server listens
   networkId = await db.network();
   svc = await startTestService({
@@ -37,8 +34,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await svc?.close();
   admin?.disconnect();
-  server?.kill('SIGKILL');
-  if (server) await once(server, 'exit').catch(() => undefined);
+  await killRedisServer(server);
   await db.close();
 });
 

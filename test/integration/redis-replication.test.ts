@@ -2,12 +2,13 @@
 // so that a failover to that replica keeps every `paused` the database then records. A real
 // primary and a real replica (redis-server, REPLICAOF) on free ports; the replica is killed and
 // started again.
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { freePort } from '../support/process.js';
+import { killRedisServer, redisAdmin, spawnRedisServer } from '../support/redis-server.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 const db = testDatabase();
@@ -20,16 +21,9 @@ let admin: Redis;
 let svc: TestService;
 let networkId: string;
 
-function redisServer(port: number, ...args: string[]): ChildProcess {
-  return spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...args], {
-    stdio: 'ignore',
-  });
-}
-
 async function startReplica(): Promise<void> {
-  replica = redisServer(replicaPort, '--replicaof', '127.0.0.1', String(primaryPort));
-  const probe = new Redis({ port: replicaPort, host: '127.0.0.1', retryStrategy: () => 100 });
-  probe.on('error', () => undefined);
+  replica = spawnRedisServer(replicaPort, '--replicaof', '127.0.0.1', String(primaryPort));
+  const probe = redisAdmin(replicaPort);
   try {
     await vi.waitFor(async () => expect(await probe.info('replication')).toMatch(/master_link_status:up/), {
       timeout: 10_000,
@@ -43,9 +37,8 @@ async function startReplica(): Promise<void> {
 beforeAll(async () => {
   primaryPort = await freePort();
   replicaPort = await freePort();
-  primary = redisServer(primaryPort);
-  admin = new Redis({ port: primaryPort, host: '127.0.0.1', retryStrategy: () => 100 });
-  admin.on('error', () => undefined);
+  primary = spawnRedisServer(primaryPort);
+  admin = redisAdmin(primaryPort);
   await admin.ping(); // queued until the server listens
   await startReplica();
   networkId = await db.network();
@@ -66,10 +59,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await svc?.close();
   admin?.disconnect();
-  for (const server of [replica, primary]) {
-    server?.kill('SIGKILL');
-    if (server) await once(server, 'exit').catch(() => undefined);
-  }
+  for (const server of [replica, primary]) await killRedisServer(server);
   await db.close();
 });
 
