@@ -1,4 +1,5 @@
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
@@ -185,5 +186,74 @@ describe('the floors of src/', () => {
       ]),
     ).toHaveLength(1);
     expect(circles([[low, low]])).toEqual([[low]]);
+  });
+});
+
+/** Every TypeScript file under test/ (the tests and their support). */
+function testFiles(dir = join(root, 'test')): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return entry.name === 'fixtures' || entry.name === 'results' ? [] : testFiles(path);
+    return entry.name.endsWith('.ts') ? [path] : [];
+  });
+}
+
+const copyLines = 6;
+
+/**
+ * Blocks of `copyLines` lines that stand, the same to the letter (leading spaces aside), in two
+ * files: each as "a.ts:line ~ b.ts:line". Only lines with a word in them count (a run of closing
+ * brackets is no copy), and a copy is named once, where it starts.
+ */
+function verbatimCopies(files: readonly string[]): string[] {
+  const firstSeen = new Map<string, { file: string; line: number }>();
+  const copies: string[] = [];
+  const reported = new Set<string>();
+  for (const file of files) {
+    const lines = readFileSync(file, 'utf8')
+      .split('\n')
+      .map((text, index) => ({ text: text.trim(), line: index + 1 }))
+      .filter(({ text }) => /[A-Za-z]{2}/.test(text) && !text.startsWith('import ') && !text.startsWith('//'));
+    let previous: string | undefined;
+    for (let start = 0; start + copyLines <= lines.length; start += 1) {
+      const block = lines.slice(start, start + copyLines);
+      const key = block.map(({ text }) => text).join('\n');
+      const seen = firstSeen.get(key);
+      if (!seen) {
+        firstSeen.set(key, { file, line: block[0]!.line });
+        previous = undefined;
+        continue;
+      }
+      if (seen.file === file) continue;
+      const pair = `${repo(seen.file)} ~ ${repo(file)}`;
+      if (previous !== pair && !reported.has(`${pair}:${block[0]!.line}`)) {
+        copies.push(`${repo(seen.file)}:${seen.line} ~ ${repo(file)}:${block[0]!.line}`);
+      }
+      reported.add(`${pair}:${block[0]!.line}`);
+      previous = pair;
+    }
+  }
+  return copies;
+}
+
+describe('the tests share their helpers instead of copying them', () => {
+  it(`has no block of ${copyLines} lines copied verbatim from one test file to another`, () => {
+    const files = testFiles();
+    expect(files.length).toBeGreaterThan(50);
+    expect(verbatimCopies(files), 'move the block to test/support and use it from both').toEqual([]);
+  });
+
+  it('finds a block copied from one file to another, and not a block repeated within one file', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pas-layout-'));
+    try {
+      const block = ['const a = one();', 'const b = two(a);', 'if (b) three(b);', 'await four(a, b);', 'expect(a).toBe(b);', 'five();'];
+      const [first, second] = [join(dir, 'first.ts'), join(dir, 'second.ts')];
+      writeFileSync(first, [...block, ...block].join('\n'));
+      expect(verbatimCopies([first])).toEqual([]);
+      writeFileSync(second, ['other();', ...block.map((line) => `    ${line}`)].join('\n'));
+      expect(verbatimCopies([first, second])).toEqual([`${repo(first)}:1 ~ ${repo(second)}:2`]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
