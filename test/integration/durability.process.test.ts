@@ -67,11 +67,6 @@ async function pendingRow(agentId: string): Promise<PendingRow | undefined> {
   return rows[0];
 }
 
-/** Polls the database (bounded) until the agent's pending disable is gone. */
-async function pendingGone(agentId: string, timeout = 60_000): Promise<void> {
-  await vi.waitFor(async () => expect(await pendingRow(agentId)).toBeUndefined(), { timeout, interval: 200 });
-}
-
 async function changeRows(agentId: string): Promise<Array<{ enabled: boolean }>> {
   const { rows } = await db.pool.query('SELECT enabled FROM agent_status_changes WHERE agent_id = $1 ORDER BY change_id', [agentId]);
   return rows;
@@ -177,7 +172,7 @@ describe('SIGKILL in the middle of a long disable', () => {
 
       // A new process, and no request: its worker takes the claim over once the lease ran out.
       second = await startServiceProcess(env);
-      await pendingGone(agentId);
+      await db.pendingDisableGone(agentId, 60_000);
 
       await expectAllPaused(agentId, ids);
       expect(await db.agentApproved(agentId)).toBe(false);
@@ -241,7 +236,7 @@ describe('two processes on one database converge one failed disable', () => {
       // Spend management recovers, slowly enough that a run spans several polls of both workers.
       const switchedAt = sim.requests().length;
       sim.setMode('slow', { delayMs: 200 });
-      await pendingGone(agentId);
+      await db.pendingDisableGone(agentId, 60_000);
 
       const successful = callsFor(ids, switchedAt);
       const timesPaused = new Map<string, number>();
@@ -298,7 +293,7 @@ describe('SIGTERM with a disable in flight whose client has gone', () => {
 
       sim.setMode('ok');
       second = await startServiceProcess(env);
-      await pendingGone(agentId);
+      await db.pendingDisableGone(agentId, 60_000);
       await expectAllPaused(agentId, ids);
       expect(await changeRows(agentId)).toEqual([{ enabled: false }]);
     } finally {

@@ -38,8 +38,6 @@ afterAll(async () => {
   await db.close();
 });
 
-const disable = (agentId: string) => svc.setStatus(key, agentId, false);
-
 describe('Redis turned read-only (REPLICAOF)', () => {
   it('is a Redis failure that opens the breaker; once Redis is primary again the disable converges with no request', async () => {
     const agentId = await db.agent(networkId);
@@ -48,7 +46,7 @@ describe('Redis turned read-only (REPLICAOF)', () => {
     await admin.replicaof('127.0.0.1', unused);
     expect((await admin.call('ROLE')) as unknown[]).toContain('slave');
 
-    const answer = await disable(agentId);
+    const answer = await svc.setStatus(key, agentId, false);
     expect(answer.statusCode).toBe(500);
     expect(answer.json()).toMatchObject({ pausedCampaignCount: 0, remainingCampaignCount: 20 });
     const errors = await svc.service.metrics.registry.getSingleMetricAsString('dependency_errors_total');
@@ -59,17 +57,12 @@ describe('Redis turned read-only (REPLICAOF)', () => {
     expect(rows[0].last_error).toBe('redis:unavailable');
 
     // Five failed calls in a row open the breaker, whatever came before.
-    for (let i = 0; i < 5 && !svc.service.breakers.redis.opened; i += 1) await disable(agentId);
+    for (let i = 0; i < 5 && !svc.service.breakers.redis.opened; i += 1) await svc.setStatus(key, agentId, false);
     expect(svc.service.breakers.redis.opened).toBe(true);
 
     await admin.replicaof('NO', 'ONE');
-    const end = Date.now() + 15_000;
-    for (;;) {
-      const left = await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
-      if (left.rowCount === 0) break;
-      if (Date.now() > end) throw new Error('the disable did not converge after Redis took writes again');
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
+    // The disable converges after Redis took writes again.
+    await db.pendingDisableGone(agentId, 15_000, 100);
     expect((await db.pausedIds(agentId)).size).toBe(20);
   });
 });

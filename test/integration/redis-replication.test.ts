@@ -69,13 +69,11 @@ async function pausedInPrimary(ids: readonly string[]): Promise<boolean[]> {
   return values.map((value) => value === '1');
 }
 
-const disable = (agentId: string) => svc.setStatus(key, agentId, false);
-
 describe('REDIS_WAIT_REPLICAS=1', () => {
   it('pauses as usual while a replica acknowledges', async () => {
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 20);
-    expect((await disable(agentId)).statusCode).toBe(200);
+    expect((await svc.setStatus(key, agentId, false)).statusCode).toBe(200);
     expect((await db.pausedIds(agentId)).size).toBe(20);
     expect(await pausedInPrimary(ids)).toEqual(ids.map(() => true));
   });
@@ -86,7 +84,7 @@ describe('REDIS_WAIT_REPLICAS=1', () => {
     await vi.waitFor(async () => expect(await admin.info('replication')).toMatch(/connected_slaves:0/), { timeout: 10_000, interval: 100 });
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 20);
-    const answer = await disable(agentId);
+    const answer = await svc.setStatus(key, agentId, false);
     expect(answer.statusCode).toBe(500);
     expect(answer.json()).toMatchObject({ pausedCampaignCount: 0, remainingCampaignCount: 20 });
     expect((await db.pausedIds(agentId)).size).toBe(0);
@@ -94,13 +92,7 @@ describe('REDIS_WAIT_REPLICAS=1', () => {
     expect(rows[0].last_error).toBe('redis:unavailable');
 
     await startReplica();
-    await vi.waitFor(
-      async () => {
-        const left = await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
-        expect(left.rowCount).toBe(0);
-      },
-      { timeout: 20_000, interval: 100 },
-    );
+    await db.pendingDisableGone(agentId, 20_000, 100);
     expect((await db.pausedIds(agentId)).size).toBe(20);
     expect(await pausedInPrimary(ids)).toEqual(ids.map(() => true));
   });

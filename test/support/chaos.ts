@@ -20,6 +20,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { disagreements } from './agreement.js';
 import { newApiKey, testDatabase } from './data.js';
 import { databaseUrl } from './database-url.js';
+import { postStatus } from './partner.js';
 import { startPgBouncer } from './pgbouncer.js';
 import { freePort, startServiceProcess } from './process.js';
 import { processEnvironment } from './process-environment.js';
@@ -344,10 +345,8 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
         const record: Sent = { agentId, enabled, requestId: randomUUID(), sentAt: Date.now() };
         sent.push(record);
         try {
-          const response = await fetch(`${target.baseUrl}/partner/agents/status`, {
-            method: 'POST',
-            headers: { 'x-api-key': partner.key, 'content-type': 'application/json', 'x-request-id': record.requestId },
-            body: JSON.stringify({ agentId, enabled }),
+          const response = await postStatus(target.baseUrl, partner.key, agentId, enabled, {
+            headers: { 'x-request-id': record.requestId },
             signal: AbortSignal.timeout(10_000),
           });
           record.status = response.status;

@@ -13,7 +13,7 @@ export function injectStatusBody(
   app: Pick<FastifyInstance, 'inject'>,
   apiKey: string | null | undefined,
   body: unknown,
-  headers: Record<string, string> = {},
+  headers: Record<string, string | string[]> = {},
 ) {
   return app.inject({
     method: 'POST',
