@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { injectStatusBody } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 const db = testDatabase();
@@ -26,12 +27,7 @@ afterAll(async () => {
 });
 
 function post(body: unknown, headers: Record<string, string> = { 'x-api-key': keyA }) {
-  return svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'content-type': 'application/json', ...headers },
-    payload: typeof body === 'string' ? body : JSON.stringify(body),
-  });
+  return injectStatusBody(svc.app, undefined, body, headers);
 }
 
 describe('disable: agentApproved becomes false and every active, unpaused campaign is paused in all three places', () => {
@@ -131,19 +127,9 @@ describe('authentication: an x-api-key bound to one network, checked before anyt
 
   it('answers 401 for an unknown key, even with a body too large or of the wrong type', async () => {
     expect((await post({ agentId: 'x' }, { 'x-api-key': newApiKey() })).statusCode).toBe(401);
-    const large = await svc.app.inject({
-      method: 'POST',
-      url: '/partner/agents/status',
-      headers: { 'x-api-key': newApiKey(), 'content-type': 'application/json' },
-      payload: JSON.stringify({ pad: 'x'.repeat(20_000) }),
-    });
+    const large = await injectStatusBody(svc.app, newApiKey(), { pad: 'x'.repeat(20_000) });
     expect(large.statusCode).toBe(401);
-    const textual = await svc.app.inject({
-      method: 'POST',
-      url: '/partner/agents/status',
-      headers: { 'x-api-key': newApiKey(), 'content-type': 'text/plain' },
-      payload: 'hello',
-    });
+    const textual = await injectStatusBody(svc.app, newApiKey(), 'hello', { 'content-type': 'text/plain' });
     expect(textual.statusCode).toBe(401);
   });
 
@@ -240,12 +226,7 @@ describe('validation: a strict body, 400/413/415 as problem+json, nothing change
 
   it('answers 415 for a body that is not JSON', async () => {
     for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
-      const response = await svc.app.inject({
-        method: 'POST',
-        url: '/partner/agents/status',
-        headers: { 'x-api-key': keyA, 'content-type': type },
-        payload: 'agentId=x',
-      });
+      const response = await injectStatusBody(svc.app, keyA, 'agentId=x', { 'content-type': type });
       expect(response.statusCode).toBe(415);
       expect(response.json()).toMatchObject({ status: 415 });
     }

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { injectStatusBody } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 // The audit trail, the pending disable row and the read-only status endpoint (docs/interfaces.md §9).
@@ -44,12 +45,7 @@ afterAll(async () => {
 
 /** `key` null: no x-api-key header at all. */
 function post(body: unknown, key: string | null = keyA, service: TestService = svc) {
-  return service.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'content-type': 'application/json', ...(key === null ? {} : { 'x-api-key': key }) },
-    payload: typeof body === 'string' ? body : JSON.stringify(body),
-  });
+  return injectStatusBody(service.app, key, body);
 }
 
 function getStatus(path: string, key: string | null = keyA) {
@@ -120,12 +116,7 @@ describe('agent_status_changes: one row per request that reaches the status stat
   it("records the caller's x-request-id when it sent a sane one", async () => {
     const agentId = await db.agent(networkA);
     const requestId = `audit-${randomUUID()}`;
-    const response = await svc.app.inject({
-      method: 'POST',
-      url: '/partner/agents/status',
-      headers: { 'content-type': 'application/json', 'x-api-key': keyA, 'x-request-id': requestId },
-      payload: JSON.stringify({ agentId, enabled: true }),
-    });
+    const response = await svc.setStatus(keyA, agentId, true, { 'x-request-id': requestId });
     expect(response.headers['x-request-id']).toBe(requestId);
     expect((await changes(agentId)).map((row) => row.request_id)).toEqual([requestId]);
   });

@@ -4,6 +4,7 @@ import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { idempotencyKeyDigest } from '../../src/stores/idempotency-keys.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
+import { postStatus } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
@@ -44,14 +45,6 @@ afterAll(async () => {
   await db.close();
 });
 
-function setStatus(service: ServiceProcess, agentId: string, enabled: boolean, idempotencyKey: string) {
-  return fetch(`${service.baseUrl}/partner/agents/status`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': key, 'idempotency-key': idempotencyKey },
-    body: JSON.stringify({ agentId, enabled }),
-  });
-}
-
 async function changeCount(agentId: string): Promise<number> {
   const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM agent_status_changes WHERE agent_id = $1', [agentId]);
   return rows[0].n;
@@ -69,7 +62,9 @@ describe('Idempotency-Key across processes', () => {
       const idempotencyKey = randomUUID();
       sim.setMode('hang');
       first = await startServiceProcess(env);
-      const request = setStatus(first, agentId, false, idempotencyKey).catch((error: Error) => error);
+      const request = postStatus(first.baseUrl, key, agentId, false, { headers: { 'idempotency-key': idempotencyKey } }).catch(
+        (error: Error) => error,
+      );
       // The key is claimed and the disable recorded; the pause call hangs: no answer yet.
       await vi.waitFor(async () => expect(await changeCount(agentId)).toBe(1), { timeout: 10_000, interval: 20 });
       const { rows: claimed } = await db.pool.query(
@@ -84,7 +79,7 @@ describe('Idempotency-Key across processes', () => {
       sim.setMode('ok');
       second = await startServiceProcess(env);
       // While the dead request's claim lasts: 409 with Retry-After, never a hang.
-      const early = await setStatus(second, agentId, false, idempotencyKey);
+      const early = await postStatus(second.baseUrl, key, agentId, false, { headers: { 'idempotency-key': idempotencyKey } });
       expect(early.status).toBe(409);
       expect(Number(early.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
       expect(((await early.json()) as { type: string }).type).toMatch(/idempotency-key-in-use$/);
@@ -93,7 +88,7 @@ describe('Idempotency-Key across processes', () => {
       let answer: Response | undefined;
       await vi.waitFor(
         async () => {
-          answer = await setStatus(second!, agentId, false, idempotencyKey);
+          answer = await postStatus(second!.baseUrl, key, agentId, false, { headers: { 'idempotency-key': idempotencyKey } });
           expect(answer.status).toBe(200);
         },
         { timeout: 30_000, interval: 500 },
@@ -104,12 +99,12 @@ describe('Idempotency-Key across processes', () => {
       expect(await db.pausedIds(agentId)).toEqual(new Set(ids));
 
       // Kept from now on: the next repeat is a replay, also from a process started afterwards.
-      const kept = await setStatus(second, agentId, false, idempotencyKey);
+      const kept = await postStatus(second.baseUrl, key, agentId, false, { headers: { 'idempotency-key': idempotencyKey } });
       expect(kept.headers.get('idempotent-replayed')).toBe('true');
       const keptBody = await kept.text();
       expect(await second.stop()).toBe(0);
       second = await startServiceProcess(env);
-      const afterRestart = await setStatus(second, agentId, false, idempotencyKey);
+      const afterRestart = await postStatus(second.baseUrl, key, agentId, false, { headers: { 'idempotency-key': idempotencyKey } });
       expect(afterRestart.status).toBe(200);
       expect(afterRestart.headers.get('idempotent-replayed')).toBe('true');
       expect(await afterRestart.text()).toBe(keptBody);
@@ -140,7 +135,7 @@ describe('Idempotency-Key of a change whose answer was lost', () => {
       const agentId = await db.agent(networkId, { approved: false });
       const idempotencyKey = randomUUID();
 
-      const lost = await setStatus(service, agentId, true, idempotencyKey);
+      const lost = await postStatus(service.baseUrl, key, agentId, true, { headers: { 'idempotency-key': idempotencyKey } });
       expect(lost.status).toBe(500);
       expect(proxy.held()).toBe(1);
       // The enable committed all the same, and its key still names the change.
@@ -161,7 +156,7 @@ describe('Idempotency-Key of a change whose answer was lost', () => {
 
       // The retry answers as the enable stands (its 200, computed now: not a replay of a kept
       // answer) and makes no second change.
-      const retry = await setStatus(service, agentId, true, idempotencyKey);
+      const retry = await postStatus(service.baseUrl, key, agentId, true, { headers: { 'idempotency-key': idempotencyKey } });
       expect(retry.status).toBe(200);
       expect(retry.headers.get('idempotent-replayed')).toBeNull();
       expect(await retry.json()).toEqual({ agentId, networkId, enabled: true, pausedCampaignCount: 0 });
@@ -172,7 +167,7 @@ describe('Idempotency-Key of a change whose answer was lost', () => {
       expect(changes).toEqual([{ enabled: true }, { enabled: false }]);
 
       // From then on the answer is kept and replayed.
-      const replay = await setStatus(service, agentId, true, idempotencyKey);
+      const replay = await postStatus(service.baseUrl, key, agentId, true, { headers: { 'idempotency-key': idempotencyKey } });
       expect(replay.status).toBe(200);
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       expect(await db.agentApproved(agentId)).toBe(false);

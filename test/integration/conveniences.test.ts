@@ -5,6 +5,7 @@ import { createDatabasePool } from '../../src/stores/database.js';
 import { createIdempotencyKeys, idempotencyKeyDigest } from '../../src/stores/idempotency-keys.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
+import { injectStatusBody } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 // docs/interfaces.md §11 against the real PostgreSQL and Redis: Prefer: respond-async and wait,
@@ -50,12 +51,7 @@ afterAll(async () => {
 });
 
 function post(body: { agentId: string; enabled: boolean }, headers: Record<string, string | string[]> = {}, key = keyA, service = svc) {
-  return service.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'content-type': 'application/json', 'x-api-key': key, ...headers },
-    payload: JSON.stringify(body),
-  });
+  return injectStatusBody(service.app, key, body, headers);
 }
 
 function get(path: string, key = keyA, service = svc) {
@@ -648,12 +644,7 @@ describe('GET /partner/agents/{agentId}/status-changes', () => {
   it('pages through more than 100 changes, newest first, nextBefore null on the last page', async () => {
     const agentId = await db.agent(networkA);
     const requestId = `history-${randomUUID()}`;
-    const disable = await svc.app.inject({
-      method: 'POST',
-      url: '/partner/agents/status',
-      headers: { 'content-type': 'application/json', 'x-api-key': keyA, 'x-request-id': requestId },
-      payload: JSON.stringify({ agentId, enabled: false }),
-    });
+    const disable = await svc.setStatus(keyA, agentId, false, { 'x-request-id': requestId });
     expect(disable.statusCode).toBe(200);
     await db.pool.query(
       `INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name, request_id)

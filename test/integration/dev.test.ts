@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, vi } from 'vitest';
+import { postStatus } from '../support/partner.js';
 import { freePort } from '../support/process.js';
 
 /**
@@ -78,11 +79,12 @@ describe('npm run dev', () => {
       const dev = await startDev();
       try {
         const text = dev.output();
-        const response = await fetch(`http://127.0.0.1:${dev.ports.PORT}/partner/agents/status`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', 'x-api-key': field(text, 'Demo API key') },
-          body: JSON.stringify({ agentId: field(text, 'Demo agents'), enabled: false }),
-        });
+        const response = await postStatus(
+          `http://127.0.0.1:${dev.ports.PORT}`,
+          field(text, 'Demo API key'),
+          field(text, 'Demo agents'),
+          false,
+        );
         expect(response.status).toBe(200);
         expect(await response.json()).toMatchObject({ enabled: false, pausedCampaignCount: 12 });
         expect(groupProcesses(dev.pgid).length).toBeGreaterThan(1);

@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { expectPausedInDatabaseImpliesEverywhere, serviceStores } from '../support/agreement.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { startTestService, type TestService } from '../support/service.js';
@@ -39,14 +40,6 @@ async function start(env: Record<string, string>, redisUrl?: string): Promise<Te
   return svc;
 }
 
-const setStatus = (svc: TestService, agentId: string, enabled: boolean) =>
-  svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'x-api-key': key, 'content-type': 'application/json' },
-    payload: { agentId, enabled },
-  });
-
 const until = (what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000) =>
   waitFor(check, { timeoutMs, intervalMs: 50, failure: `timed out waiting for ${what}` });
 
@@ -62,14 +55,6 @@ const unpausedCount = async (agentId: string) =>
   (await db.pool.query('SELECT count(*)::int AS n FROM campaigns WHERE agent_id = $1 AND active AND NOT paused', [agentId])).rows[0]
     .n as number;
 
-/** Paused in the database implies paused in spend management and in Redis, for every campaign given. */
-async function expectDatabaseImpliesEverywhere(svc: TestService, campaignIds: string[]) {
-  const { rows } = await db.pool.query('SELECT campaign_id FROM campaigns WHERE campaign_id = ANY($1) AND paused', [campaignIds]);
-  const inDatabase = rows.map((row) => row.campaign_id as string);
-  expect(inDatabase.filter((id) => !svc.sim.isPaused(id))).toEqual([]);
-  expect((await svc.pausedInRedis(inDatabase)).every(Boolean)).toBe(true);
-}
-
 describe('a platform transaction holds the agent row (the restriction trigger took it FOR SHARE)', () => {
   it('records the disable at once without the lock, answers 500 "recorded", and disables and pauses once the lock frees, with no further request', async () => {
     const svc = await start({ REQUEST_DEADLINE_MS: '2000' });
@@ -83,7 +68,7 @@ describe('a platform transaction holds the agent row (the restriction trigger to
       await platform.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [inserted, agentId]);
 
       const started = Date.now();
-      const answer = await setStatus(svc, agentId, false);
+      const answer = await svc.setStatus(key, agentId, false);
       expect(Date.now() - started).toBeLessThan(3_000);
       expect(answer.statusCode).toBe(500);
       expect(answer.json()).toMatchObject({ pausedCampaignCount: 0, detail: expect.stringMatching(/recorded/) });
@@ -97,7 +82,7 @@ describe('a platform transaction holds the agent row (the restriction trigger to
         return !(await db.agentApproved(agentId)) && (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId));
       });
       expect((await db.pausedIds(agentId)).has(inserted)).toBe(true);
-      await expectDatabaseImpliesEverywhere(svc, [...(await db.pausedIds(agentId))]);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
     } finally {
       await platform.query('ROLLBACK').catch(() => undefined);
       await platform.end();
@@ -113,8 +98,8 @@ describe('a platform transaction holds the agent row (the restriction trigger to
     try {
       await platform.query('BEGIN');
       await platform.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [randomUUID(), agentId]);
-      expect((await setStatus(svc, agentId, false)).statusCode).toBe(500);
-      const enable = setStatus(svc, agentId, true); // waits for the platform's lock
+      expect((await svc.setStatus(key, agentId, false)).statusCode).toBe(500);
+      const enable = svc.setStatus(key, agentId, true); // waits for the platform's lock
       await new Promise((resolve) => setTimeout(resolve, 200));
       await platform.query('COMMIT');
       expect((await enable).statusCode).toBe(200);
@@ -140,18 +125,18 @@ describe('a campaign row locked by another transaction', () => {
       await platform.query('BEGIN');
       await platform.query('SELECT 1 FROM campaigns WHERE campaign_id = $1 FOR UPDATE', [ids[42]]);
       const started = Date.now();
-      const answer = await setStatus(svc, agentId, false);
+      const answer = await svc.setStatus(key, agentId, false);
       expect(Date.now() - started).toBeLessThan(2_000);
       expect(answer.statusCode).toBe(500);
       expect(answer.json()).toMatchObject({ pausedCampaignCount: 99, remainingCampaignCount: 1 });
       expect((await pendingRow(agentId))?.last_error).toBe('postgres:not_confirmed');
-      await expectDatabaseImpliesEverywhere(svc, ids);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
       await platform.query('COMMIT');
       await until(
         'the worker to pause the locked campaign',
         async () => (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId)),
       );
-      await expectDatabaseImpliesEverywhere(svc, ids);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
     } finally {
       await platform.query('ROLLBACK').catch(() => undefined);
       await platform.end();
@@ -178,7 +163,7 @@ describe('a database connection that stops answering (black-holed, not closed)',
       const agentId = await db.agent(networkId);
       const ids = await db.campaigns(agentId, 250);
       const started = Date.now();
-      const answer = await setStatus(svc, agentId, false);
+      const answer = await svc.setStatus(key, agentId, false);
       const took = Date.now() - started;
       expect(proxy.held()).toBe(1);
       expect(took).toBeLessThan(6_000);
@@ -187,7 +172,7 @@ describe('a database connection that stops answering (black-holed, not closed)',
       const failures = await svc.service.metrics.registry.getSingleMetricAsString('dependency_errors_total');
       expect(failures).toMatch(/dependency="postgres",reason="timeout"\} [1-9]/);
       await until('the disable to converge', async () => (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId)), 20_000);
-      await expectDatabaseImpliesEverywhere(svc, ids);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
     } finally {
       await proxy.close();
     }
@@ -201,9 +186,9 @@ describe('more batches than spend-management slots, and an enable while they wai
     const ids = await db.campaigns(agentId, 400);
     svc.sim.setMode('slow', { delayMs: 600 });
     try {
-      const disable = setStatus(svc, agentId, false);
+      const disable = svc.setStatus(key, agentId, false);
       await until('the first pause call', () => svc.sim.requests().length >= 1);
-      const enabled = await setStatus(svc, agentId, true);
+      const enabled = await svc.setStatus(key, agentId, true);
       expect(enabled.statusCode).toBe(200);
       const answeredAt = Date.now();
       const answer = await disable;
@@ -213,7 +198,7 @@ describe('more batches than spend-management slots, and an enable while they wai
       const paused = svc.sim.requests().reduce((sum, request) => sum + request.campaignIds.length, 0);
       expect(answer.json().pausedCampaignCount).toBe(paused);
       await until('the batches sent to be marked', async () => (await db.pausedIds(agentId)).size === paused);
-      await expectDatabaseImpliesEverywhere(svc, ids);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
     } finally {
       svc.sim.setMode('ok');
     }
@@ -231,9 +216,9 @@ describe('a superseded disable whose batch in flight meets a Redis outage', () =
       // Slower than the enable's fence (CLAIM_CHECK_MAX_AGE_MS), so that the call is still in flight
       // when the enable has answered and Redis is cut.
       svc.sim.setMode('slow', { delayMs: 2_000 });
-      const disable = setStatus(svc, agentId, false);
+      const disable = svc.setStatus(key, agentId, false);
       await until('the pause call', () => svc.sim.requests().length >= 1);
-      expect((await setStatus(svc, agentId, true)).statusCode).toBe(200);
+      expect((await svc.setStatus(key, agentId, true)).statusCode).toBe(200);
       proxy.cut(); // Redis unreachable when the confirmed batch reaches it
       const answer = await disable;
       svc.sim.setMode('ok');
@@ -259,13 +244,13 @@ describe('a campaign moved to another agent while its batch is in flight', () =>
     const ids = await db.campaigns(agentId, 10);
     svc.sim.setMode('slow', { delayMs: 500 });
     try {
-      const disable = setStatus(svc, agentId, false);
+      const disable = svc.setStatus(key, agentId, false);
       await until('the pause call', () => svc.sim.requests().length >= 1);
       await db.pool.query('UPDATE campaigns SET agent_id = $1 WHERE campaign_id = $2', [other, ids[3]]);
       expect((await disable).statusCode).toBe(200);
       const { rows } = await db.pool.query('SELECT paused FROM campaigns WHERE campaign_id = $1', [ids[3]]);
       expect(rows[0].paused).toBe(true);
-      await expectDatabaseImpliesEverywhere(svc, ids);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
     } finally {
       svc.sim.setMode('ok');
     }
@@ -279,7 +264,7 @@ describe('campaigns_paused_total', () => {
     await db.campaigns(agentId, 120);
     svc.sim.setMode('fail');
     try {
-      expect((await setStatus(svc, agentId, false)).statusCode).toBe(500);
+      expect((await svc.setStatus(key, agentId, false)).statusCode).toBe(500);
     } finally {
       svc.sim.setMode('ok');
     }

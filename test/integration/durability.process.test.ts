@@ -3,7 +3,9 @@ import { connect } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
+import { expectPausedInDatabaseImpliesEverywhere, standings } from '../support/agreement.js';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { postStatus } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 
@@ -48,15 +50,6 @@ afterAll(async () => {
   await db.close();
 });
 
-function setStatus(baseUrl: string, agentId: string, enabled: boolean, signal?: AbortSignal) {
-  return fetch(`${baseUrl}/partner/agents/status`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': key },
-    body: JSON.stringify({ agentId, enabled }),
-    signal,
-  });
-}
-
 interface PendingRow {
   attempts: number;
   last_error: string | null;
@@ -74,21 +67,9 @@ async function pendingRow(agentId: string): Promise<PendingRow | undefined> {
   return rows[0];
 }
 
-/** Polls the database (bounded) until the agent's pending disable is gone. */
-async function pendingGone(agentId: string, timeout = 60_000): Promise<void> {
-  await vi.waitFor(async () => expect(await pendingRow(agentId)).toBeUndefined(), { timeout, interval: 200 });
-}
-
 async function changeRows(agentId: string): Promise<Array<{ enabled: boolean }>> {
   const { rows } = await db.pool.query('SELECT enabled FROM agent_status_changes WHERE agent_id = $1 ORDER BY change_id', [agentId]);
   return rows;
-}
-
-async function pausedInRedis(ids: readonly string[]): Promise<Set<string>> {
-  const pipeline = redis.pipeline();
-  for (const id of ids) pipeline.hget(`campaign:${id}`, 'paused');
-  const results = (await pipeline.exec()) ?? [];
-  return new Set(ids.filter((_, index) => results[index]?.[1] === '1'));
 }
 
 /**
@@ -96,18 +77,12 @@ async function pausedInRedis(ids: readonly string[]): Promise<Set<string>> {
  * invariant: a campaign paused in the database is paused in Redis and in spend management.
  */
 async function storesAgree(agentId: string, ids: readonly string[]) {
+  const stores = { pool: db.pool, redis, isPausedInSpendManagement: (id: string) => sim.isPaused(id) };
   const inDatabase = await db.pausedIds(agentId);
-  const inRedis = await pausedInRedis(ids);
-  const inSpendManagement = new Set(ids.filter((id) => sim.isPaused(id)));
-  expect(
-    [...inDatabase].filter((id) => !inRedis.has(id)),
-    'paused in the database but not in Redis',
-  ).toEqual([]);
-  expect(
-    [...inDatabase].filter((id) => !inSpendManagement.has(id)),
-    'paused in the database but not in spend management',
-  ).toEqual([]);
-  return { inDatabase, inRedis, inSpendManagement };
+  await expectPausedInDatabaseImpliesEverywhere(stores, [...inDatabase]);
+  const standing = await standings(stores, ids);
+  const pausedIn = (store: 'redis' | 'spendManagement') => new Set(standing.filter((c) => c[store]).map((c) => c.campaignId));
+  return { inDatabase, inRedis: pausedIn('redis'), inSpendManagement: pausedIn('spendManagement') };
 }
 
 /** Pause calls the simulator received for these campaigns, from index `from` of its log on. */
@@ -152,7 +127,7 @@ async function longDisableUnderWay(env: Record<string, string>, delayMs: number,
   sim.setMode('slow', { delayMs });
   const service = await startServiceProcess(env);
   const before = sim.requests().length;
-  const request = setStatus(service.baseUrl, agentId, false, signal).catch((error: Error) => error);
+  const request = postStatus(service.baseUrl, key, agentId, false, { signal }).catch((error: Error) => error);
   await vi.waitFor(() => expect(callsFor(ids, before).length).toBeGreaterThanOrEqual(calls), { timeout: 30_000, interval: 10 });
   return { agentId, ids, service, request };
 }
@@ -197,7 +172,7 @@ describe('SIGKILL in the middle of a long disable', () => {
 
       // A new process, and no request: its worker takes the claim over once the lease ran out.
       second = await startServiceProcess(env);
-      await pendingGone(agentId);
+      await db.pendingDisableGone(agentId, 60_000);
 
       await expectAllPaused(agentId, ids);
       expect(await db.agentApproved(agentId)).toBe(false);
@@ -237,7 +212,7 @@ describe('two processes on one database converge one failed disable', () => {
     try {
       [a, b] = await Promise.all([startServiceProcess(env), startServiceProcess(env)]);
       sim.setMode('fail', { failStatus: 503 });
-      const response = await setStatus(a.baseUrl, agentId, false);
+      const response = await postStatus(a.baseUrl, key, agentId, false);
       expect(response.status).toBe(500);
       expect(await response.json()).toMatchObject({
         type: 'urn:partner-agent-status:problem:dependency-failure',
@@ -261,7 +236,7 @@ describe('two processes on one database converge one failed disable', () => {
       // Spend management recovers, slowly enough that a run spans several polls of both workers.
       const switchedAt = sim.requests().length;
       sim.setMode('slow', { delayMs: 200 });
-      await pendingGone(agentId);
+      await db.pendingDisableGone(agentId, 60_000);
 
       const successful = callsFor(ids, switchedAt);
       const timesPaused = new Map<string, number>();
@@ -318,7 +293,7 @@ describe('SIGTERM with a disable in flight whose client has gone', () => {
 
       sim.setMode('ok');
       second = await startServiceProcess(env);
-      await pendingGone(agentId);
+      await db.pendingDisableGone(agentId, 60_000);
       await expectAllPaused(agentId, ids);
       expect(await changeRows(agentId)).toEqual([{ enabled: false }]);
     } finally {
@@ -361,10 +336,10 @@ describe('an enable on one process stops a disable running on another', () => {
       [a, b] = await Promise.all([startServiceProcess(env), startServiceProcess(env)]);
       sim.setMode('slow', { delayMs: 300 });
       const before = sim.requests().length;
-      const disabling = setStatus(a.baseUrl, agentId, false);
+      const disabling = postStatus(a.baseUrl, key, agentId, false);
       await vi.waitFor(() => expect(callsFor(ids, before).length).toBeGreaterThanOrEqual(1), { timeout: 30_000, interval: 10 });
 
-      const enabled = await setStatus(b.baseUrl, agentId, true);
+      const enabled = await postStatus(b.baseUrl, key, agentId, true);
       const enabledAt = sim.requests().length;
       expect(enabled.status).toBe(200);
       expect(await enabled.json()).toMatchObject({ agentId, enabled: true, pausedCampaignCount: 0 });

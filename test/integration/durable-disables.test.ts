@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { expectPausedInDatabaseImpliesEverywhere, serviceStores } from '../support/agreement.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { startTestService, type TestService } from '../support/service.js';
 
@@ -30,27 +31,12 @@ afterAll(async () => {
   await db.close();
 });
 
-const disable = (service: TestService, agentId: string) =>
-  service.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'x-api-key': key, 'content-type': 'application/json' },
-    payload: { agentId, enabled: false },
-  });
-
 async function pendingRow(agentId: string) {
   const { rows } = await db.pool.query(
     'SELECT attempts, last_error, claim_token, next_attempt_at <= now() AS due FROM pending_disables WHERE agent_id = $1',
     [agentId],
   );
   return rows[0] as { attempts: number; last_error: string | null; claim_token: string | null; due: boolean } | undefined;
-}
-
-/** docs/interfaces.md §7: paused in the database implies paused in spend management and Redis. */
-async function expectPausedInDatabaseImpliesEverywhere(service: TestService, agentId: string) {
-  const inDatabase = [...(await db.pausedIds(agentId))];
-  expect(inDatabase.every((id) => service.simulator.simulator.isPaused(id))).toBe(true);
-  expect((await service.pausedInRedis(inDatabase)).every(Boolean)).toBe(true);
 }
 
 /** The value of one series, found by its metric name and a piece of its label set. */
@@ -80,7 +66,7 @@ describe('a campaign spend management leaves out of "paused"', () => {
     svc.sim.refuse([refused]);
     const failuresBefore = await metricValue(svc, 'circuit_breaker_events_total', 'breaker="spend_management",event="failure"');
     try {
-      const response = await disable(svc, agentId);
+      const response = await svc.setStatus(key, agentId, false);
       expect(response.statusCode).toBe(500);
       expect(response.json()).toMatchObject({
         type: 'urn:partner-agent-status:problem:dependency-failure',
@@ -89,7 +75,7 @@ describe('a campaign spend management leaves out of "paused"', () => {
       });
       expect((await db.pausedIds(agentId)).size).toBe(249);
       expect((await db.pausedIds(agentId)).has(refused)).toBe(false);
-      await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
       expect(await pendingRow(agentId)).toMatchObject({ last_error: 'spend_management:not_confirmed', claim_token: null });
       expect(svc.service.breakers.spendManagement.closed).toBe(true);
       expect(await metricValue(svc, 'circuit_breaker_events_total', 'breaker="spend_management",event="failure"')).toBe(failuresBefore);
@@ -106,7 +92,7 @@ describe('a campaign spend management leaves out of "paused"', () => {
     }
     await convergeByWorker(svc, agentId);
     expect((await db.pausedIds(agentId)).size).toBe(250);
-    await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 });
 
@@ -117,10 +103,10 @@ describe('a Redis key that answers WRONGTYPE', () => {
     const broken = ids[42]!;
     await svc.redis.set(`campaign:${broken}`, 'not a hash');
     try {
-      const response = await disable(svc, agentId);
+      const response = await svc.setStatus(key, agentId, false);
       expect(response.statusCode).toBe(500);
       expect(response.json()).toMatchObject({ pausedCampaignCount: 119, remainingCampaignCount: 1 });
-      await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
       expect(await pendingRow(agentId)).toMatchObject({ last_error: 'redis:not_confirmed' });
       expect(svc.service.breakers.redis.closed).toBe(true);
       expect(await svc.service.metrics.registry.getSingleMetricAsString('campaigns_not_confirmed_total')).toMatch(
@@ -142,33 +128,35 @@ describe('the pipeline', () => {
     // The 4th pause call fails while other batches are in flight (4 at a time by default).
     svc.sim.setMode('fail', { failAfter: 3, failStatus: 503 });
     try {
-      const failed = await disable(svc, agentId);
+      const failed = await svc.setStatus(key, agentId, false);
       expect(failed.statusCode).toBe(500);
       const { pausedCampaignCount, remainingCampaignCount } = failed.json();
       expect(pausedCampaignCount + remainingCampaignCount).toBe(1_000);
       expect((await db.pausedIds(agentId)).size).toBe(pausedCampaignCount);
-      await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
     } finally {
       svc.sim.setMode('ok');
       svc.service.breakers.spendManagement.close();
     }
     const before = (await db.pausedIds(agentId)).size;
-    const retried = await disable(svc, agentId);
+    const retried = await svc.setStatus(key, agentId, false);
     expect(retried.statusCode).toBe(200);
     expect(retried.json().pausedCampaignCount).toBe(1_000 - before);
-    await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 
   it('counts each campaign once across concurrent disables of many agents', async () => {
     // As many agents as one network may disable at once (DISABLES_IN_FLIGHT_PER_NETWORK, 8).
     const agents = await Promise.all(Array.from({ length: 8 }, () => db.agent(networkId)));
     await Promise.all(agents.map((agentId) => db.campaigns(agentId, 150)));
-    const responses = await Promise.all(agents.flatMap((agentId) => [disable(svc, agentId), disable(svc, agentId)]));
+    const responses = await Promise.all(
+      agents.flatMap((agentId) => [svc.setStatus(key, agentId, false), svc.setStatus(key, agentId, false)]),
+    );
     expect(responses.map((r) => r.statusCode)).toEqual(Array(16).fill(200));
     expect(responses.reduce((sum, r) => sum + r.json().pausedCampaignCount, 0)).toBe(8 * 150);
     for (const agentId of agents) {
       expect((await db.pausedIds(agentId)).size).toBe(150);
-      await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
       expect(await pendingRow(agentId)).toBeUndefined();
     }
   });
@@ -187,7 +175,7 @@ describe('breakers that fail fast for a sequential caller', () => {
       const durations: number[] = [];
       for (let i = 0; i < 5; i++) {
         const started = performance.now();
-        expect((await disable(own, agentId)).statusCode).toBe(500);
+        expect((await own.setStatus(key, agentId, false)).statusCode).toBe(500);
         durations.push(performance.now() - started);
       }
       // One attempt per call, never retried inside it: about one time-out, not two.
@@ -202,10 +190,10 @@ describe('breakers that fail fast for a sequential caller', () => {
 
       own.simulator.simulator.setMode('ok');
       const deadline = Date.now() + 10_000;
-      let recovered = await disable(own, agentId);
+      let recovered = await own.setStatus(key, agentId, false);
       while (recovered.statusCode !== 200 && Date.now() < deadline) {
         await new Promise((resolve) => setTimeout(resolve, 250));
-        recovered = await disable(own, agentId);
+        recovered = await own.setStatus(key, agentId, false);
       }
       expect(recovered.statusCode).toBe(200);
       expect(own.service.breakers.spendManagement.closed).toBe(true);
@@ -226,7 +214,7 @@ describe('breakers that fail fast for a sequential caller', () => {
       own.simulator.simulator.setMode('fail', { failStatus: 401 });
       const agentId = await db.agent(networkId);
       await db.campaigns(agentId, 2);
-      expect((await disable(own, agentId)).statusCode).toBe(500);
+      expect((await own.setStatus(key, agentId, false)).statusCode).toBe(500);
       expect(await own.service.metrics.registry.getSingleMetricAsString('spend_management_auth_failures_total')).toMatch(
         /status="401"\} 1/,
       );
@@ -251,7 +239,7 @@ describe('the worker', () => {
       const agentId = await db.agent(networkId);
       const ids = await db.campaigns(agentId, 300);
       svc.sim.setMode('fail', { failStatus: 503 });
-      expect((await disable(svc, agentId)).statusCode).toBe(500);
+      expect((await svc.setStatus(key, agentId, false)).statusCode).toBe(500);
       svc.sim.setMode('ok');
       svc.service.breakers.spendManagement.close();
       await db.pool.query('UPDATE pending_disables SET next_attempt_at = now() WHERE agent_id = $1', [agentId]);
@@ -266,7 +254,7 @@ describe('the worker', () => {
         .filter((id) => ids.includes(id));
       expect(sent.length).toBe(300);
       expect(new Set(sent).size).toBe(300);
-      await expectPausedInDatabaseImpliesEverywhere(svc, agentId);
+      await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
     } finally {
       svc.sim.setMode('ok');
       await second.close();
@@ -278,7 +266,7 @@ describe('the worker', () => {
     await db.campaigns(agentId, 3);
     svc.sim.setMode('fail', { failStatus: 503 });
     try {
-      expect((await disable(svc, agentId)).statusCode).toBe(500);
+      expect((await svc.setStatus(key, agentId, false)).statusCode).toBe(500);
       await svc.service.worker.pollNow();
       expect(await svc.service.metrics.registry.getSingleMetricAsString('pending_disables')).toMatch(/pending_disables [1-9]/);
       await svc.service.worker.drained();

@@ -1,6 +1,7 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { postStatus } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 import { parseRawResponse, parseRawResponses, rawExchange } from '../support/raw-http.js';
@@ -199,12 +200,7 @@ describe('item 6: unauthenticated traffic is shed before partners', () => {
     // Shedding from 1 % utilisation: any flood counts as busy here.
     const shedding = await startServiceProcess({ ...environment.env, OVERLOAD_UNAUTHENTICATED_UTILIZATION_PERCENT: '1' });
     try {
-      const post = (apiKey: string, agentId: string) =>
-        fetch(`${shedding.baseUrl}/partner/agents/status`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', 'x-api-key': apiKey },
-          body: JSON.stringify({ agentId, enabled: true }),
-        });
+      const post = (apiKey: string, agentId: string) => postStatus(shedding.baseUrl, apiKey, agentId, true);
       const agentId = await db.agent(networkId);
       let shed: Response | undefined;
       // under-pressure samples utilisation every second: flood for a few of them.

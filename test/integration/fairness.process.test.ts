@@ -4,6 +4,7 @@
 // flight and failures among them. Ratios with a generous margin, never absolute times.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { postStatus } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 
@@ -37,11 +38,7 @@ afterAll(async () => {
 
 async function disable(partner: typeof a, agentId: string) {
   const started = performance.now();
-  const response = await fetch(`${service.baseUrl}/partner/agents/status`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': partner.key },
-    body: JSON.stringify({ agentId, enabled: false }),
-  });
+  const response = await postStatus(service.baseUrl, partner.key, agentId, false);
   return { status: response.status, body: (await response.json()) as Record<string, unknown>, ms: performance.now() - started };
 }
 

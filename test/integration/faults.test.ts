@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { expectPausedInDatabaseImpliesEverywhere, serviceStores } from '../support/agreement.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { startTestService, type TestService } from '../support/service.js';
@@ -33,21 +34,6 @@ afterAll(async () => {
   await db.close();
 });
 
-const disable = (agentId: string) =>
-  svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'x-api-key': key, 'content-type': 'application/json' },
-    payload: { agentId, enabled: false },
-  });
-
-/** docs/interfaces.md §7: paused in the database implies paused in spend management and Redis. */
-async function expectPausedInDatabaseImpliesEverywhere(agentId: string) {
-  const inDatabase = [...(await db.pausedIds(agentId))];
-  expect(inDatabase.every((id) => svc.sim.isPaused(id))).toBe(true);
-  expect((await svc.pausedInRedis(inDatabase)).every(Boolean)).toBe(true);
-}
-
 async function resetBreakers() {
   svc.service.breakers.spendManagement.close();
   svc.service.breakers.redis.close();
@@ -60,7 +46,7 @@ describe('spend management failing', () => {
     const ids = await db.campaigns(agentId, 150);
     svc.sim.setMode('fail');
 
-    const failed = await disable(agentId);
+    const failed = await svc.setStatus(key, agentId, false);
     expect(failed.statusCode).toBe(500);
     expect(failed.headers['content-type']).toMatch(/^application\/problem\+json/);
     expect(failed.json()).toMatchObject({
@@ -75,10 +61,10 @@ describe('spend management failing', () => {
     expect(await svc.pausedInRedis(ids.slice(0, 5))).toEqual([false, false, false, false, false]);
 
     svc.sim.setMode('ok');
-    const retried = await disable(agentId);
+    const retried = await svc.setStatus(key, agentId, false);
     expect(retried.statusCode).toBe(200);
     expect(retried.json().pausedCampaignCount).toBe(150);
-    await expectPausedInDatabaseImpliesEverywhere(agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 
   it('stops after a batch fails midway: the batches before it are paused everywhere, the retry counts the rest', async () => {
@@ -87,19 +73,19 @@ describe('spend management failing', () => {
     await db.campaigns(agentId, 250);
     svc.sim.setMode('fail', { failAfter: 1, failStatus: 502 });
 
-    const failed = await disable(agentId);
+    const failed = await svc.setStatus(key, agentId, false);
     expect(failed.statusCode).toBe(500);
     expect(failed.json()).toMatchObject({ pausedCampaignCount: 100, remainingCampaignCount: 150 });
     expect((await db.pausedIds(agentId)).size).toBe(100);
-    await expectPausedInDatabaseImpliesEverywhere(agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
 
     // Two batches in flight failed together: that opens the breaker (tested on its own below).
     await resetBreakers();
     svc.sim.setMode('ok');
-    const retried = await disable(agentId);
+    const retried = await svc.setStatus(key, agentId, false);
     expect(retried.json().pausedCampaignCount).toBe(150);
     expect((await db.pausedIds(agentId)).size).toBe(250);
-    await expectPausedInDatabaseImpliesEverywhere(agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 
   it('answers 500 when spend management hangs, within the configured timeout', async () => {
@@ -108,15 +94,15 @@ describe('spend management failing', () => {
     await db.campaigns(agentId, 3);
     svc.sim.setMode('hang');
     const started = Date.now();
-    const failed = await disable(agentId);
+    const failed = await svc.setStatus(key, agentId, false);
     // One attempt of SPEND_MANAGEMENT_TIMEOUT_MS (300 ms here): a time-out is never retried inside a call.
     expect(failed.statusCode).toBe(500);
     expect(Date.now() - started).toBeLessThan(3_000);
     expect((await db.pausedIds(agentId)).size).toBe(0);
 
     svc.sim.setMode('ok');
-    expect((await disable(agentId)).json().pausedCampaignCount).toBe(3);
-    await expectPausedInDatabaseImpliesEverywhere(agentId);
+    expect((await svc.setStatus(key, agentId, false)).json().pausedCampaignCount).toBe(3);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 });
 
@@ -127,7 +113,7 @@ describe('Redis unreachable', () => {
     const ids = await db.campaigns(agentId, 20);
     proxy.cut();
     try {
-      const failed = await disable(agentId);
+      const failed = await svc.setStatus(key, agentId, false);
       expect(failed.statusCode).toBe(500);
       expect(await db.agentApproved(agentId)).toBe(false);
       expect((await db.pausedIds(agentId)).size).toBe(0);
@@ -135,16 +121,16 @@ describe('Redis unreachable', () => {
       proxy.restore();
     }
     // ioredis reconnects in the background; the retry goes through once it has.
-    let retried: Awaited<ReturnType<typeof disable>> | undefined;
+    let retried: Awaited<ReturnType<TestService['setStatus']>> | undefined;
     for (let attempt = 0; attempt < 50; attempt++) {
-      retried = await disable(agentId);
+      retried = await svc.setStatus(key, agentId, false);
       if (retried.statusCode === 200) break;
       await new Promise((r) => setTimeout(r, 100));
     }
     expect(retried!.statusCode).toBe(200);
     expect(retried!.json().pausedCampaignCount).toBe(20);
     expect((await svc.pausedInRedis(ids)).every(Boolean)).toBe(true);
-    await expectPausedInDatabaseImpliesEverywhere(agentId);
+    await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
 });
 
@@ -155,22 +141,15 @@ describe('the spend-management breaker', () => {
       partners: [{ key, networkId, name: 'faulty' }],
       env: { BREAKER_VOLUME_THRESHOLD: '3', BREAKER_RESET_TIMEOUT_MS: '400', BREAKER_ROLLING_WINDOW_MS: '5000' },
     });
-    const fire = (agentId: string) =>
-      own.app.inject({
-        method: 'POST',
-        url: '/partner/agents/status',
-        headers: { 'x-api-key': key, 'content-type': 'application/json' },
-        payload: { agentId, enabled: false },
-      });
     try {
       const agentId = await db.agent(networkId);
       await db.campaigns(agentId, 2);
       own.sim.setMode('fail');
-      for (let i = 0; i < 3; i++) expect((await fire(agentId)).statusCode).toBe(500);
+      for (let i = 0; i < 3; i++) expect((await own.setStatus(key, agentId, false)).statusCode).toBe(500);
       expect(own.service.breakers.spendManagement.opened).toBe(true);
 
       const callsWhileOpen = own.sim.requests().length;
-      const rejected = await fire(agentId);
+      const rejected = await own.setStatus(key, agentId, false);
       expect(rejected.statusCode).toBe(500);
       expect(own.sim.requests().length).toBe(callsWhileOpen);
       const state = await own.service.metrics.registry.getSingleMetricAsString('circuit_breaker_state');
@@ -181,7 +160,7 @@ describe('the spend-management breaker', () => {
 
       own.sim.setMode('ok');
       await new Promise((r) => setTimeout(r, 450));
-      const recovered = await fire(agentId);
+      const recovered = await own.setStatus(key, agentId, false);
       expect(recovered.statusCode).toBe(200);
       expect(recovered.json().pausedCampaignCount).toBe(2);
       expect(own.service.breakers.spendManagement.closed).toBe(true);
@@ -201,14 +180,7 @@ describe('concurrent disables of one agent', () => {
     const first = await startTestService({ partners: [{ key, networkId, name: 'concurrent' }] });
     const second = await startTestService({ partners: [{ key, networkId, name: 'concurrent' }], simulator: first.simulator });
     try {
-      const requests = Array.from({ length: 20 }, (_, i) =>
-        (i % 2 ? second.app : first.app).inject({
-          method: 'POST',
-          url: '/partner/agents/status',
-          headers: { 'x-api-key': key, 'content-type': 'application/json' },
-          payload: { agentId, enabled: false },
-        }),
-      );
+      const requests = Array.from({ length: 20 }, (_, i) => (i % 2 ? second : first).setStatus(key, agentId, false));
       const responses = await Promise.all(requests);
       expect(responses.map((r) => r.statusCode)).toEqual(Array(20).fill(200));
       const total = responses.reduce((sum, r) => sum + r.json().pausedCampaignCount, 0);
@@ -234,12 +206,7 @@ describe('PostgreSQL unreachable', () => {
       expect((await own.app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
       pgProxy.cut();
       expect((await own.app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(503);
-      const failed = await own.app.inject({
-        method: 'POST',
-        url: '/partner/agents/status',
-        headers: { 'x-api-key': key, 'content-type': 'application/json' },
-        payload: { agentId, enabled: false },
-      });
+      const failed = await own.setStatus(key, agentId, false);
       expect(failed.statusCode).toBe(500);
       expect(failed.json().detail).toMatch(/The database did not answer/);
       // Classified, in the log line and the metric: the connection, not the statement, failed.

@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { keysDocument, type PartnerKeyRecord, startTestService, type TestService } from '../support/service.js';
+import { keysDocument, type PartnerKeyRecord } from '../support/environment.js';
+import { startTestService, type TestService } from '../support/service.js';
 
 /**
  * A Secret volume as kubelet writes it: the data lives in a timestamped directory, `..data` is a
@@ -61,14 +62,6 @@ afterAll(async () => {
   rmSync(volume.dir, { recursive: true, force: true });
 });
 
-const enable = (apiKey: string, agentId: string) =>
-  svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
-    payload: { agentId, enabled: true },
-  });
-
 /**
  * Waits for a reload to show, checking every 20 ms, for at most 5 s: the watch makes it
  * milliseconds, and the poll (every 10 s here) cannot stand in for a broken watch within that
@@ -84,12 +77,12 @@ describe("partner keys reload across kubelet's ..data swap, with no restart and 
     const statuses: number[] = [];
     let running = true;
     const load = (async () => {
-      while (running) statuses.push((await enable(oldPartner.key, agentId)).statusCode);
+      while (running) statuses.push((await svc.setStatus(oldPartner.key, agentId, true)).statusCode);
     })();
 
-    expect((await enable(newPartner.key, agentId)).statusCode).toBe(401);
+    expect((await svc.setStatus(newPartner.key, agentId, true)).statusCode).toBe(401);
     volume.write(keysDocument([oldPartner, newPartner]));
-    await eventually(async () => (await enable(newPartner.key, agentId)).statusCode === 200);
+    await eventually(async () => (await svc.setStatus(newPartner.key, agentId, true)).statusCode === 200);
     // and once more through a second swap
     volume.write(keysDocument([oldPartner, newPartner, { key: newApiKey(), networkId, name: 'third' }]));
     await eventually(async () => svc.service.keyStore.size === 3);
@@ -111,21 +104,21 @@ describe("partner keys reload across kubelet's ..data swap, with no restart and 
         await svc.service.metrics.registry.getSingleMetricAsString('partner_keys_reloads_total'),
       ),
     );
-    expect((await enable(oldPartner.key, agentId)).statusCode).toBe(200);
-    expect((await enable(newPartner.key, agentId)).statusCode).toBe(200);
+    expect((await svc.setStatus(oldPartner.key, agentId, true)).statusCode).toBe(200);
+    expect((await svc.setStatus(newPartner.key, agentId, true)).statusCode).toBe(200);
     const warning = svc.logs.records().find((r) => r.msg === 'partner keys update rejected; serving the last good key set');
     expect(warning).toBeDefined();
     expect(svc.logs.lines.join('\n')).not.toContain('short');
 
     volume.write('not json at all');
     await eventually(async () => svc.logs.records().some((r) => r.reason === 'partner keys are not valid JSON'));
-    expect((await enable(oldPartner.key, agentId)).statusCode).toBe(200);
+    expect((await svc.setStatus(oldPartner.key, agentId, true)).statusCode).toBe(200);
   });
 
   it('revokes a key that a later update removes', async () => {
     const agentId = await db.agent(networkId);
     volume.write(keysDocument([newPartner]));
-    await eventually(async () => (await enable(oldPartner.key, agentId)).statusCode === 401);
-    expect((await enable(newPartner.key, agentId)).statusCode).toBe(200);
+    await eventually(async () => (await svc.setStatus(oldPartner.key, agentId, true)).statusCode === 401);
+    expect((await svc.setStatus(newPartner.key, agentId, true)).statusCode).toBe(200);
   });
 });

@@ -51,15 +51,7 @@ afterAll(async () => {
   rmSync(directory, { recursive: true, force: true });
 });
 
-const status = async (apiKey: string) =>
-  (
-    await svc.app.inject({
-      method: 'POST',
-      url: '/partner/agents/status',
-      headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
-      payload: { agentId: await db.agent(networkId), enabled: true },
-    })
-  ).statusCode;
+const status = async (apiKey: string) => (await svc.setStatus(apiKey, await db.agent(networkId), true)).statusCode;
 
 /** Requests with one key in a loop until stopped; resolves with every status seen. */
 function requestsWith(apiKey: string) {

@@ -3,7 +3,8 @@ import { performance } from 'node:perf_hooks';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { type PartnerKeyRecord, startTestService, type TestService } from '../support/service.js';
+import type { PartnerKeyRecord } from '../support/environment.js';
+import { startTestService, type TestService } from '../support/service.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 import { waitFor } from '../support/wait.js';
 
@@ -34,15 +35,6 @@ async function start(partners: PartnerKeyRecord[], env: Record<string, string> =
 
 async function partner(name: string): Promise<PartnerKeyRecord> {
   return { key: newApiKey(), networkId: await db.network(), name };
-}
-
-function setStatus(svc: TestService, key: string, body: { agentId: string; enabled: boolean }) {
-  return svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'content-type': 'application/json', 'x-api-key': key },
-    payload: JSON.stringify(body),
-  });
 }
 
 function readStatus(svc: TestService, key: string, agentId: string) {
@@ -156,7 +148,7 @@ describe('per-network rate limit, counted in Redis across replicas', () => {
     for (let i = 0; i < 6; i += 1) expect((await readStatus(second, limited.key, agentId)).statusCode).toBe(200);
     const callsBefore = first.simulator.simulator.requests().length + second.simulator.simulator.requests().length;
 
-    const response = await setStatus(first, limited.key, { agentId, enabled: false });
+    const response = await first.setStatus(limited.key, agentId, false);
 
     expectProblem(response, 429, 'rate-limited');
     expect(await db.agentApproved(agentId)).toBe(true);
@@ -237,7 +229,7 @@ describe('disables in flight per network, and no waiting behind another network'
 
   /** Starts a disable against the slow simulator and resolves once its first pause call arrived. */
   async function startSlowDisable(key: string, agentId: string, campaigns: string[]) {
-    const pending = setStatus(svc, key, { agentId, enabled: false });
+    const pending = svc.setStatus(key, agentId, false);
     let answered = false;
     void pending.then(() => (answered = true));
     await until('the pause call to reach spend management', () =>
@@ -258,7 +250,7 @@ describe('disables in flight per network, and no waiting behind another network'
       const running = await startSlowDisable(networkA.key, runningAgent, runningCampaigns);
 
       const startedAt = performance.now();
-      const refused = await setStatus(svc, networkA.key, { agentId: secondAgent, enabled: false });
+      const refused = await svc.setStatus(networkA.key, secondAgent, false);
       const refusedMs = performance.now() - startedAt;
       expectProblem(refused, 429, 'too-many-disables');
       expect(Number(refused.headers['retry-after'])).toBeGreaterThanOrEqual(1);
@@ -269,9 +261,9 @@ describe('disables in flight per network, and no waiting behind another network'
       expect(await changeRows(secondAgent)).toBe(0);
 
       // A repeat for the agent being disabled joins the run instead of being refused.
-      const repeat = setStatus(svc, networkA.key, { agentId: runningAgent, enabled: false });
+      const repeat = svc.setStatus(networkA.key, runningAgent, false);
       // Another network is unaffected by network A's allowance.
-      const other = await setStatus(svc, networkB.key, { agentId: otherAgent, enabled: false });
+      const other = await svc.setStatus(networkB.key, otherAgent, false);
       expect(other.statusCode).toBe(200);
       expect(other.json()).toMatchObject({ agentId: otherAgent, enabled: false, pausedCampaignCount: 2 });
 
@@ -288,7 +280,7 @@ describe('disables in flight per network, and no waiting behind another network'
       expect(limited?.value).toBe(1);
 
       // With the run over, the allowance is free again.
-      const after = await setStatus(svc, networkA.key, { agentId: secondAgent, enabled: false });
+      const after = await svc.setStatus(networkA.key, secondAgent, false);
       expect(after.statusCode).toBe(200);
     } finally {
       svc.sim.setMode('ok');
@@ -304,7 +296,7 @@ describe('disables in flight per network, and no waiting behind another network'
       const running = await startSlowDisable(networkA.key, victim, victimCampaigns);
       const timeOf = async (agentId: string) => {
         const t0 = performance.now();
-        const response = await setStatus(svc, networkB.key, { agentId, enabled: false });
+        const response = await svc.setStatus(networkB.key, agentId, false);
         const elapsed = performance.now() - t0;
         expectProblem(response, 404, 'not-found');
         return elapsed;
@@ -350,7 +342,7 @@ describe('readiness under a flood of disables', () => {
     try {
       await locker.query('BEGIN');
       await locker.query('SELECT 1 FROM agents WHERE agent_id = ANY($1) FOR UPDATE', [agents]);
-      const disables = agents.map((agentId) => setStatus(svc, flood.key, { agentId, enabled: false }));
+      const disables = agents.map((agentId) => svc.setStatus(flood.key, agentId, false));
       const waitingOnLock = async () => {
         const { rows } = await db.pool.query(
           "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%SET agent_approved = false%'",

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { injectStatusBody } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 const db = testDatabase();
@@ -21,12 +22,7 @@ afterAll(async () => {
 });
 
 const send = (apiKey: string | undefined, body: unknown, extra: Record<string, string> = {}) =>
-  svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'content-type': 'application/json', ...(apiKey ? { 'x-api-key': apiKey } : {}), ...extra },
-    payload: JSON.stringify(body),
-  });
+  injectStatusBody(svc.app, apiKey, body, extra);
 
 describe('logs: one line per request, and never a key', () => {
   it('writes one line per request with request id, partner, agent, outcome and duration', async () => {

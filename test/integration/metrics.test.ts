@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { injectStatusBody } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 const db = testDatabase();
@@ -33,13 +34,7 @@ afterAll(async () => {
   await db.close();
 });
 
-const send = (apiKey: string | undefined, body: unknown) =>
-  svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'content-type': 'application/json', ...(apiKey ? { 'x-api-key': apiKey } : {}) },
-    payload: JSON.stringify(body),
-  });
+const send = (apiKey: string | undefined, body: unknown) => injectStatusBody(svc.app, apiKey, body);
 
 /** The value of one sample, by metric name and exact label set (as exposed). */
 function sample(text: string, series: string): number | undefined {

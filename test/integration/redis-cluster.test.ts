@@ -59,16 +59,6 @@ afterAll(async () => {
 
 const stores = () => ({ pool: db.pool, redis: reader, isPausedInSpendManagement: (id: string) => svc.sim.isPaused(id) });
 
-async function pendingGone(agentId: string, timeout: number): Promise<void> {
-  await vi.waitFor(
-    async () => {
-      const { rowCount } = await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
-      expect(rowCount).toBe(0);
-    },
-    { timeout, interval: 200 },
-  );
-}
-
 describe('a disable over a Redis Cluster', () => {
   it('pauses campaigns in every node, and a key refused on its own is one refusal', async () => {
     const agentId = await db.agent(networkId);
@@ -86,7 +76,7 @@ describe('a disable over a Redis Cluster', () => {
     const refusals = await svc.service.metrics.registry.getSingleMetricAsString('campaigns_not_confirmed_total');
     expect(refusals).toMatch(/dependency="redis"\} 1/);
     await reader.del(`campaign:${ids[7]}`);
-    await pendingGone(agentId, 20_000);
+    await db.pendingDisableGone(agentId, 20_000);
     expect(await disagreements(stores(), ids)).toEqual([]);
   });
 
@@ -125,7 +115,7 @@ async function disableWhile(count: number, delayMs: number, change: (ids: string
   svc.sim.setMode('ok');
   await cluster.healthy();
   const healthyAt = Date.now();
-  await pendingGone(agentId, 60_000);
+  await db.pendingDisableGone(agentId, 60_000);
   await vi.waitFor(async () => expect(await disagreements(stores(), ids)).toEqual([]), {
     timeout: 60_000 - (Date.now() - healthyAt),
     interval: 250,
@@ -184,7 +174,7 @@ describe('REDIS_WAIT_REPLICAS=1 in cluster mode', () => {
       // The killed node comes back, as the replica of the primary that took its place.
       cluster.restart(killedPrimary!);
       await cluster.healthy();
-      await pendingGone(agentId, 60_000);
+      await db.pendingDisableGone(agentId, 60_000);
       expect(await disagreements({ ...stores(), isPausedInSpendManagement: (id) => waiting.sim.isPaused(id) }, ids)).toEqual([]);
     } finally {
       await waiting.close();

@@ -2,12 +2,12 @@
 // failure of Redis, not of single campaigns: the breaker counts it, the client reconnects, and the
 // disable converges once Redis takes writes again. A real redis-server on a free port is made a
 // replica of nothing with REPLICAOF, as a failover leaves an old primary.
-import { type ChildProcess, spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { Redis } from 'ioredis';
+import type { ChildProcess } from 'node:child_process';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { freePort } from '../support/process.js';
+import { killRedisServer, redisAdmin, spawnRedisServer } from '../support/redis-server.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 const db = testDatabase();
@@ -20,11 +20,8 @@ let networkId: string;
 
 beforeAll(async () => {
   port = await freePort();
-  server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-    stdio: 'ignore',
-  });
-  admin = new Redis({ port, host: '127.0.0.1', retryStrategy: () => 100 });
-  admin.on('error', () => undefined);
+  server = spawnRedisServer(port);
+  admin = redisAdmin(port);
   await admin.ping(); // queued until the server listens
   networkId = await db.network();
   svc = await startTestService({
@@ -37,12 +34,9 @@ beforeAll(async () => {
 afterAll(async () => {
   await svc?.close();
   admin?.disconnect();
-  server?.kill('SIGKILL');
-  if (server) await once(server, 'exit').catch(() => undefined);
+  await killRedisServer(server);
   await db.close();
 });
-
-const disable = (agentId: string) => svc.setStatus(key, agentId, false);
 
 describe('Redis turned read-only (REPLICAOF)', () => {
   it('is a Redis failure that opens the breaker; once Redis is primary again the disable converges with no request', async () => {
@@ -52,7 +46,7 @@ describe('Redis turned read-only (REPLICAOF)', () => {
     await admin.replicaof('127.0.0.1', unused);
     expect((await admin.call('ROLE')) as unknown[]).toContain('slave');
 
-    const answer = await disable(agentId);
+    const answer = await svc.setStatus(key, agentId, false);
     expect(answer.statusCode).toBe(500);
     expect(answer.json()).toMatchObject({ pausedCampaignCount: 0, remainingCampaignCount: 20 });
     const errors = await svc.service.metrics.registry.getSingleMetricAsString('dependency_errors_total');
@@ -63,17 +57,12 @@ describe('Redis turned read-only (REPLICAOF)', () => {
     expect(rows[0].last_error).toBe('redis:unavailable');
 
     // Five failed calls in a row open the breaker, whatever came before.
-    for (let i = 0; i < 5 && !svc.service.breakers.redis.opened; i += 1) await disable(agentId);
+    for (let i = 0; i < 5 && !svc.service.breakers.redis.opened; i += 1) await svc.setStatus(key, agentId, false);
     expect(svc.service.breakers.redis.opened).toBe(true);
 
     await admin.replicaof('NO', 'ONE');
-    const end = Date.now() + 15_000;
-    for (;;) {
-      const left = await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
-      if (left.rowCount === 0) break;
-      if (Date.now() > end) throw new Error('the disable did not converge after Redis took writes again');
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
+    // The disable converges after Redis took writes again.
+    await db.pendingDisableGone(agentId, 15_000, 100);
     expect((await db.pausedIds(agentId)).size).toBe(20);
   });
 });

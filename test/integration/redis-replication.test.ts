@@ -2,12 +2,13 @@
 // so that a failover to that replica keeps every `paused` the database then records. A real
 // primary and a real replica (redis-server, REPLICAOF) on free ports; the replica is killed and
 // started again.
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { freePort } from '../support/process.js';
+import { killRedisServer, redisAdmin, spawnRedisServer } from '../support/redis-server.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 const db = testDatabase();
@@ -20,16 +21,9 @@ let admin: Redis;
 let svc: TestService;
 let networkId: string;
 
-function redisServer(port: number, ...args: string[]): ChildProcess {
-  return spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...args], {
-    stdio: 'ignore',
-  });
-}
-
 async function startReplica(): Promise<void> {
-  replica = redisServer(replicaPort, '--replicaof', '127.0.0.1', String(primaryPort));
-  const probe = new Redis({ port: replicaPort, host: '127.0.0.1', retryStrategy: () => 100 });
-  probe.on('error', () => undefined);
+  replica = spawnRedisServer(replicaPort, '--replicaof', '127.0.0.1', String(primaryPort));
+  const probe = redisAdmin(replicaPort);
   try {
     await vi.waitFor(async () => expect(await probe.info('replication')).toMatch(/master_link_status:up/), {
       timeout: 10_000,
@@ -43,9 +37,8 @@ async function startReplica(): Promise<void> {
 beforeAll(async () => {
   primaryPort = await freePort();
   replicaPort = await freePort();
-  primary = redisServer(primaryPort);
-  admin = new Redis({ port: primaryPort, host: '127.0.0.1', retryStrategy: () => 100 });
-  admin.on('error', () => undefined);
+  primary = spawnRedisServer(primaryPort);
+  admin = redisAdmin(primaryPort);
   await admin.ping(); // queued until the server listens
   await startReplica();
   networkId = await db.network();
@@ -66,10 +59,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await svc?.close();
   admin?.disconnect();
-  for (const server of [replica, primary]) {
-    server?.kill('SIGKILL');
-    if (server) await once(server, 'exit').catch(() => undefined);
-  }
+  for (const server of [replica, primary]) await killRedisServer(server);
   await db.close();
 });
 
@@ -79,13 +69,11 @@ async function pausedInPrimary(ids: readonly string[]): Promise<boolean[]> {
   return values.map((value) => value === '1');
 }
 
-const disable = (agentId: string) => svc.setStatus(key, agentId, false);
-
 describe('REDIS_WAIT_REPLICAS=1', () => {
   it('pauses as usual while a replica acknowledges', async () => {
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 20);
-    expect((await disable(agentId)).statusCode).toBe(200);
+    expect((await svc.setStatus(key, agentId, false)).statusCode).toBe(200);
     expect((await db.pausedIds(agentId)).size).toBe(20);
     expect(await pausedInPrimary(ids)).toEqual(ids.map(() => true));
   });
@@ -96,7 +84,7 @@ describe('REDIS_WAIT_REPLICAS=1', () => {
     await vi.waitFor(async () => expect(await admin.info('replication')).toMatch(/connected_slaves:0/), { timeout: 10_000, interval: 100 });
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 20);
-    const answer = await disable(agentId);
+    const answer = await svc.setStatus(key, agentId, false);
     expect(answer.statusCode).toBe(500);
     expect(answer.json()).toMatchObject({ pausedCampaignCount: 0, remainingCampaignCount: 20 });
     expect((await db.pausedIds(agentId)).size).toBe(0);
@@ -104,13 +92,7 @@ describe('REDIS_WAIT_REPLICAS=1', () => {
     expect(rows[0].last_error).toBe('redis:unavailable');
 
     await startReplica();
-    await vi.waitFor(
-      async () => {
-        const left = await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
-        expect(left.rowCount).toBe(0);
-      },
-      { timeout: 20_000, interval: 100 },
-    );
+    await db.pendingDisableGone(agentId, 20_000, 100);
     expect((await db.pausedIds(agentId)).size).toBe(20);
     expect(await pausedInPrimary(ids)).toEqual(ids.map(() => true));
   });

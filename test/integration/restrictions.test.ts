@@ -29,20 +29,12 @@ afterAll(async () => {
   await db.close();
 });
 
-const setStatus = (apiKey: string, agentId: string, enabled: boolean) =>
-  svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
-    payload: { agentId, enabled },
-  });
-
 const restricted = async (agentId: string) => (await db.pool.query('SELECT agent_is_restricted($1) AS r', [agentId])).rows[0].r as boolean;
 
 describe('restrictions while disabled, enforced by the database (require_agent_approval and not approved)', () => {
   it('refuses to create a campaign for a disabled agent (P0001)', async () => {
     const agentId = await db.agent(strict);
-    await setStatus(key, agentId, false);
+    await svc.setStatus(key, agentId, false);
     await expect(db.campaigns(agentId, 1)).rejects.toMatchObject({
       code: 'P0001',
       message: expect.stringMatching(/create_campaign is not allowed/),
@@ -52,13 +44,13 @@ describe('restrictions while disabled, enforced by the database (require_agent_a
   it('refuses to unpause a campaign of a disabled agent (P0001), and allows it again after enable', async () => {
     const agentId = await db.agent(strict);
     const [campaign] = await db.campaigns(agentId, 1);
-    await setStatus(key, agentId, false);
+    await svc.setStatus(key, agentId, false);
     await expect(db.pool.query('UPDATE campaigns SET paused = false WHERE campaign_id = $1', [campaign])).rejects.toMatchObject({
       code: 'P0001',
       message: expect.stringMatching(/unpause_campaign is not allowed/),
     });
 
-    await setStatus(key, agentId, true);
+    await svc.setStatus(key, agentId, true);
     expect(await restricted(agentId)).toBe(false);
     await db.pool.query('UPDATE campaigns SET paused = false WHERE campaign_id = $1', [campaign]);
     expect((await db.pausedIds(agentId)).size).toBe(0);
@@ -67,14 +59,14 @@ describe('restrictions while disabled, enforced by the database (require_agent_a
   it('still lets the disable itself pause campaigns and other updates through', async () => {
     const agentId = await db.agent(strict);
     const [campaign] = await db.campaigns(agentId, 1);
-    expect((await setStatus(key, agentId, false)).json().pausedCampaignCount).toBe(1);
+    expect((await svc.setStatus(key, agentId, false)).json().pausedCampaignCount).toBe(1);
     await db.pool.query('UPDATE campaigns SET active = false WHERE campaign_id = $1', [campaign]);
   });
 
   it('tells other operations through agent_is_restricted()', async () => {
     const agentId = await db.agent(strict);
     expect(await restricted(agentId)).toBe(false);
-    await setStatus(key, agentId, false);
+    await svc.setStatus(key, agentId, false);
     expect(await restricted(agentId)).toBe(true);
     expect(await restricted(`us-east-1:${randomUUID()}`)).toBe(false);
   });
@@ -82,7 +74,7 @@ describe('restrictions while disabled, enforced by the database (require_agent_a
   it('restricts nothing in a network without require_agent_approval', async () => {
     const agentId = await db.agent(lenient);
     const [campaign] = await db.campaigns(agentId, 1);
-    expect((await setStatus(lenientKey, agentId, false)).statusCode).toBe(200);
+    expect((await svc.setStatus(lenientKey, agentId, false)).statusCode).toBe(200);
     expect(await restricted(agentId)).toBe(false);
     await db.campaigns(agentId, 1);
     await db.pool.query('UPDATE campaigns SET paused = false WHERE campaign_id = $1', [campaign]);
@@ -119,7 +111,7 @@ describe("the side doors are closed, whatever the caller's search_path", () => {
   /** A disabled agent of the strict network, and what the shadows would wrongly say about it. */
   async function disabledAgent(): Promise<string> {
     const agentId = await db.agent(strict);
-    await setStatus(key, agentId, false);
+    await svc.setStatus(key, agentId, false);
     await db.pool.query(`INSERT INTO ${shadowSchema}.agents VALUES ($1, $2, true)`, [agentId, strict]);
     await shadowed.query('INSERT INTO agents VALUES ($1, $2, true)', [agentId, strict]);
     return agentId;
@@ -142,7 +134,7 @@ describe("the side doors are closed, whatever the caller's search_path", () => {
       it('refuses to unpause a campaign (unpause_campaign)', async () => {
         const agentId = await db.agent(strict);
         const [campaign] = await db.campaigns(agentId, 1);
-        await setStatus(key, agentId, false);
+        await svc.setStatus(key, agentId, false);
         await expect(
           session().query('UPDATE public.campaigns SET paused = false WHERE campaign_id = $1', [campaign]),
         ).rejects.toMatchObject({ code: 'P0001', message: expect.stringMatching(/unpause_campaign/) });
@@ -151,7 +143,7 @@ describe("the side doors are closed, whatever the caller's search_path", () => {
       it('refuses to re-activate an inactive unpaused campaign (activate_campaign)', async () => {
         const agentId = await db.agent(strict);
         const [campaign] = await db.campaigns(agentId, 1, { active: false });
-        await setStatus(key, agentId, false);
+        await svc.setStatus(key, agentId, false);
         await expect(session().query('UPDATE public.campaigns SET active = true WHERE campaign_id = $1', [campaign])).rejects.toMatchObject(
           { code: 'P0001', message: expect.stringMatching(/activate_campaign/) },
         );
@@ -179,7 +171,7 @@ describe("the side doors are closed, whatever the caller's search_path", () => {
   it('leaves allowed changes alone: pausing, deactivating, and re-activating a paused campaign', async () => {
     const agentId = await db.agent(strict);
     const [a, b] = await db.campaigns(agentId, 2, { active: false, paused: true });
-    await setStatus(key, agentId, false);
+    await svc.setStatus(key, agentId, false);
     await plain.query('UPDATE public.campaigns SET active = true WHERE campaign_id = $1', [a]);
     await plain.query('UPDATE public.campaigns SET active = false WHERE campaign_id = $1', [b]);
   });
@@ -191,7 +183,7 @@ describe("the side doors are closed, whatever the caller's search_path", () => {
     await plain.query('INSERT INTO public.campaigns (campaign_id, agent_id) VALUES ($1, $2)', [inserted, agentId]);
     // The disable's flag statement waits for the inserting transaction (the trigger holds the agent
     // row FOR SHARE), so when it runs the campaign is committed and it pauses it.
-    const disabling = setStatus(key, agentId, false);
+    const disabling = svc.setStatus(key, agentId, false);
     await new Promise((resolve) => setTimeout(resolve, 300));
     await plain.query('COMMIT');
     const response = await disabling;

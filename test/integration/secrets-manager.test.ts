@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { secretReadBoundMs } from '../../src/auth/configured-key-source.js';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { keysDocument } from '../support/environment.js';
 import { fakeAwsEnvironment, fakeSecretsManager } from '../support/fake-secrets-manager.js';
-import { keysDocument, startTestService, type TestService } from '../support/service.js';
+import { startTestService, type TestService } from '../support/service.js';
 
 /**
  * Partner keys from AWS Secrets Manager, end to end through the real AWS SDK: the service's own
@@ -48,14 +49,7 @@ afterAll(async () => {
 
 const enable = async (apiKey: string) => {
   const agentId = await db.agent(networkId);
-  return (
-    await svc.app.inject({
-      method: 'POST',
-      url: '/partner/agents/status',
-      headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
-      payload: { agentId, enabled: true },
-    })
-  ).statusCode;
+  return (await svc.setStatus(apiKey, agentId, true)).statusCode;
 };
 
 const metric = async (series: string) => {

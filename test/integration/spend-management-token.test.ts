@@ -38,19 +38,11 @@ afterAll(async () => {
   await db.close();
 });
 
-const disable = (svc: TestService, agentId: string) =>
-  svc.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'x-api-key': key, 'content-type': 'application/json' },
-    payload: { agentId, enabled: false },
-  });
-
 describe('the spend-management bearer token', () => {
   it('is sent: a simulator that demands it pauses the campaigns and the disable answers 200', async () => {
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 3);
-    const response = await disable(right, agentId);
+    const response = await right.setStatus(key, agentId, false);
     expect(response.statusCode).toBe(200);
     expect(response.json()).toEqual({ agentId, networkId, enabled: false, pausedCampaignCount: 3 });
     expect(ids.every((id) => simulator.simulator.isPaused(id))).toBe(true);
@@ -60,7 +52,7 @@ describe('the spend-management bearer token', () => {
   it('when wrong, is refused by spend management: the disable answers 500 and nothing is paused', async () => {
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 2);
-    const response = await disable(wrong, agentId);
+    const response = await wrong.setStatus(key, agentId, false);
     expect(response.statusCode).toBe(500);
     expect(response.headers['content-type']).toMatch(/^application\/problem\+json/);
     expect(response.json()).toMatchObject({ type: 'urn:partner-agent-status:problem:dependency-failure', status: 500 });

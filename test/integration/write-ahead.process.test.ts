@@ -10,6 +10,7 @@ import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { disagreements } from '../support/agreement.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
+import { postStatus } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
@@ -66,14 +67,6 @@ async function replica(env: Record<string, string> = {}) {
   return started;
 }
 
-function setStatus(baseUrl: string, agentId: string, enabled: boolean, headers: Record<string, string> = {}, apiKey = key) {
-  return fetch(`${baseUrl}/partner/agents/status`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': apiKey, ...headers },
-    body: JSON.stringify({ agentId, enabled }),
-  });
-}
-
 const stores = () => ({ pool: db.pool, redis, isPausedInSpendManagement: (id: string) => sim.isPaused(id) });
 
 /** Waits (bounded) until the three stores agree on every campaign of `ids`; returns how many are paused. */
@@ -107,10 +100,10 @@ describe('a Redis outage under a disable, then an enable', () => {
       const agentId = await db.agent(networkId);
       const ids = await db.campaigns(agentId, 300);
       proxy.cut();
-      const disable = await setStatus(service.baseUrl, agentId, false);
+      const disable = await postStatus(service.baseUrl, key, agentId, false);
       expect(disable.status).toBe(500);
       expect(ids.some((id) => sim.isPaused(id))).toBe(true);
-      const enable = await setStatus(service.baseUrl, agentId, true);
+      const enable = await postStatus(service.baseUrl, key, agentId, true);
       expect(enable.status).toBe(200);
       expect(await db.agentApproved(agentId)).toBe(true);
       proxy.restore();
@@ -135,13 +128,13 @@ describe('a database cut while a call is in flight, then an enable', () => {
       const ids = await db.campaigns(agentId, 100);
       sim.setMode('slow', { delayMs: 1_000 });
       const requestsBefore = sim.requests().length;
-      const disable = setStatus(service.baseUrl, agentId, false);
+      const disable = postStatus(service.baseUrl, key, agentId, false);
       await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
       proxy.cut();
       expect((await disable).status).toBe(500);
       sim.setMode('ok');
       proxy.restore();
-      await vi.waitFor(async () => expect((await setStatus(service.baseUrl, agentId, true)).status).toBe(200), {
+      await vi.waitFor(async () => expect((await postStatus(service.baseUrl, key, agentId, true)).status).toBe(200), {
         timeout: 10_000,
         interval: 250,
       });
@@ -162,9 +155,9 @@ describe('a replica stopped while what it sent is not settled', () => {
       const ids = await db.campaigns(agentId, 100);
       sim.setMode('slow', { delayMs: 2_500 });
       const requestsBefore = sim.requests().length;
-      const disable = setStatus(first.baseUrl, agentId, false);
+      const disable = postStatus(first.baseUrl, key, agentId, false);
       await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
-      expect((await setStatus(first.baseUrl, agentId, true)).status).toBe(200);
+      expect((await postStatus(first.baseUrl, key, agentId, true)).status).toBe(200);
       proxy.cut(); // Redis unreachable when the confirmed batch comes back
       expect((await disable).status).toBe(409);
       sim.setMode('ok');
@@ -192,7 +185,7 @@ describe('a replica stopped while what it sent is not settled', () => {
     const ids = await db.campaigns(agentId, 100);
     sim.setMode('slow', { delayMs: 1_500 });
     const requestsBefore = sim.requests().length;
-    const disable = setStatus(first.baseUrl, agentId, false).catch(() => undefined);
+    const disable = postStatus(first.baseUrl, key, agentId, false).catch(() => undefined);
     await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
     const callKey = sim.requests().at(-1)!.idempotencyKey;
     first.child.kill('SIGKILL');
@@ -202,7 +195,7 @@ describe('a replica stopped while what it sent is not settled', () => {
     await vi.waitFor(() => expect(ids.every((id) => sim.isPaused(id))).toBe(true), { timeout: 5_000, interval: 50 });
     sim.setMode('ok');
     const second = await replica();
-    expect((await setStatus(second.baseUrl, agentId, true)).status).toBe(200);
+    expect((await postStatus(second.baseUrl, key, agentId, true)).status).toBe(200);
     expect(await agreeInTheEnd(ids)).toBe(100);
     const again = sim.requests().filter((request) => request.idempotencyKey === callKey);
     expect(again.length).toBeGreaterThanOrEqual(2);
@@ -228,13 +221,13 @@ describe("a replica whose database answers come late, and another replica's enab
       const ids = await db.campaigns(agentId, 300);
       sim.setMode('slow', { delayMs: 600 });
       const requestsBefore = sim.requests().length;
-      const disable = setStatus(slow.baseUrl, agentId, false);
+      const disable = postStatus(slow.baseUrl, key, agentId, false);
       await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 10 });
       // From now on every answer of the slow replica's database comes 2.5 s late; the next batch's
       // claim check is sent when the first call ends (600 ms), before the enable below commits.
       proxy.delay(2_500);
       await new Promise((resolve) => setTimeout(resolve, 900));
-      const enable = await setStatus(other.baseUrl, agentId, true);
+      const enable = await postStatus(other.baseUrl, key, agentId, true);
       expect(enable.status).toBe(200);
       const answeredAt = Date.now();
       const answer = await disable;
@@ -269,13 +262,13 @@ describe('a pending disable while another network keeps requests coming', () => 
     );
     // Spend management leaves the pending disable's campaigns out until the busy network's load runs.
     sim.refuse(ids);
-    expect((await setStatus(service.baseUrl, agentId, false)).status).toBe(500);
+    expect((await postStatus(service.baseUrl, key, agentId, false)).status).toBe(500);
     sim.setMode('slow', { delayMs: 200 });
     let stopLoad = false;
     let busyAnswers = 0;
     const load = Array.from({ length: 8 }, async (_, lane) => {
       for (let next = lane; !stopLoad && next < busyAgents.length; next += 8) {
-        await setStatus(service.baseUrl, busyAgents[next]!, false, {}, otherKey);
+        await postStatus(service.baseUrl, otherKey, busyAgents[next]!, false);
         busyAnswers += 1;
       }
     });
@@ -314,7 +307,7 @@ describe('a respond-async repeat that takes over a dead replica’s idempotency 
     // key), the flag is not set, and the replica dies before it answers.
     const platform = await db.holdAgentRow(agentId);
     try {
-      const pending = setStatus(first.baseUrl, agentId, false, headers).catch(() => undefined);
+      const pending = postStatus(first.baseUrl, key, agentId, false, { headers }).catch(() => undefined);
       await vi.waitFor(
         async () => {
           const { rows } = await db.pool.query('SELECT change_id FROM idempotency_keys WHERE agent_id = $1', [agentId]);
@@ -331,7 +324,7 @@ describe('a respond-async repeat that takes over a dead replica’s idempotency 
       let approvedAtAnswer: boolean | undefined;
       await vi.waitFor(
         async () => {
-          const repeat = await setStatus(second.baseUrl, agentId, false, headers);
+          const repeat = await postStatus(second.baseUrl, key, agentId, false, { headers });
           approvedAtAnswer = await db.agentApproved(agentId);
           expect(repeat.status).not.toBe(409);
           answer = repeat;
@@ -345,7 +338,7 @@ describe('a respond-async repeat that takes over a dead replica’s idempotency 
     } finally {
       await platform.end();
     }
-    const afterwards = await setStatus(replicas.at(-1)!.baseUrl, agentId, false, headers);
+    const afterwards = await postStatus(replicas.at(-1)!.baseUrl, key, agentId, false, { headers });
     expect([200, 202]).toContain(afterwards.status);
     expect(await db.agentApproved(agentId)).toBe(false);
   });

@@ -13,19 +13,19 @@
 // The seed is printed so that a failure can be replayed: CHAOS_SEED=<n> CHAOS_SECONDS=<s>;
 // CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY=<n> runs the replicas with that many spend-management slots.
 // The suite is defined here once and run by one test file per Redis topology.
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomInt, randomUUID } from 'node:crypto';
-import { once } from 'node:events';
 import { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { disagreements } from './agreement.js';
 import { newApiKey, testDatabase } from './data.js';
 import { databaseUrl } from './database-url.js';
+import { postStatus } from './partner.js';
 import { startPgBouncer } from './pgbouncer.js';
 import { freePort, startServiceProcess } from './process.js';
 import { processEnvironment } from './process-environment.js';
 import { startRedisCluster } from './redis-cluster.js';
+import { killRedisServer, redisAdmin, spawnRedisServer } from './redis-server.js';
 import { startTcpProxy } from './tcp-proxy.js';
 
 /** mulberry32: a small seeded generator, so that a run's choices can be replayed. */
@@ -67,11 +67,8 @@ interface RedisStage {
 /** One redis-server: faults are a replica's connection cut and the server turned read-only. */
 async function singleServer(): Promise<RedisStage> {
   const port = await freePort();
-  const server: ChildProcess = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-    stdio: 'ignore',
-  });
-  const admin = new Redis({ port, host: '127.0.0.1', retryStrategy: () => 100 });
-  admin.on('error', () => undefined);
+  const server = spawnRedisServer(port);
+  const admin = redisAdmin(port);
   await admin.ping();
   const reader = new Redis({ port, host: '127.0.0.1', keyPrefix: inject('redisKeyPrefix'), retryStrategy: () => 100 });
   reader.on('error', () => undefined);
@@ -102,8 +99,7 @@ async function singleServer(): Promise<RedisStage> {
     async close() {
       admin.disconnect();
       reader.disconnect();
-      server.kill('SIGKILL');
-      await once(server, 'exit').catch(() => undefined);
+      await killRedisServer(server);
     },
   };
 }
@@ -349,10 +345,8 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
         const record: Sent = { agentId, enabled, requestId: randomUUID(), sentAt: Date.now() };
         sent.push(record);
         try {
-          const response = await fetch(`${target.baseUrl}/partner/agents/status`, {
-            method: 'POST',
-            headers: { 'x-api-key': partner.key, 'content-type': 'application/json', 'x-request-id': record.requestId },
-            body: JSON.stringify({ agentId, enabled }),
+          const response = await postStatus(target.baseUrl, partner.key, agentId, enabled, {
+            headers: { 'x-request-id': record.requestId },
             signal: AbortSignal.timeout(10_000),
           });
           record.status = response.status;

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { expect, vi } from 'vitest';
 import { issueKey } from '../../src/auth/issued-key.js';
 import { databaseUrl } from './database-url.js';
 import { insertAgent, insertCampaigns, insertNetwork } from './platform-rows.js';
@@ -25,6 +26,16 @@ export function testDatabase() {
     async pausedIds(agentId: string): Promise<Set<string>> {
       const { rows } = await pool.query('SELECT campaign_id FROM campaigns WHERE agent_id = $1 AND paused', [agentId]);
       return new Set(rows.map((row) => row.campaign_id));
+    },
+    /** Waits (bounded) until the agent's recorded disable has finished: its pending_disables row is gone. */
+    async pendingDisableGone(agentId: string, timeout: number, interval = 200): Promise<void> {
+      await vi.waitFor(
+        async () => {
+          const { rowCount } = await pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
+          expect(rowCount, `the pending disable of agent ${agentId}`).toBe(0);
+        },
+        { timeout, interval },
+      );
     },
     /**
      * A platform transaction that wrote a campaign of the agent and stays open: the restriction

@@ -1,27 +1,13 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { Redis } from 'ioredis';
 import { inject } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createService, type ServiceOptions } from '../../src/service.js';
-import { createSpendSimulator, type SpendSimulator } from '../../src/spend-simulator/simulator.js';
-import { databaseUrl } from './database-url.js';
+import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
+import { type PartnerKeyRecord, testEnvironment } from './environment.js';
 import { attachResponseValidator } from './openapi-validator.js';
-
-export interface PartnerKeyRecord {
-  key: string;
-  networkId: string;
-  name: string;
-}
-
-export function keysDocument(partners: PartnerKeyRecord[]): string {
-  return JSON.stringify({
-    'partner-keys': Object.fromEntries(partners.map((p) => [p.key, { networkId: p.networkId, name: p.name }])),
-  });
-}
+import { injectStatus } from './partner.js';
 
 /** Captures every log line the service writes, as text and parsed. */
 export function logCapture() {
@@ -48,22 +34,13 @@ export interface TestServiceOptions {
  * an in-process spend-management simulator on a free port. Keys live in a kubelet-style directory.
  */
 export async function startTestService(options: TestServiceOptions) {
-  const simulator = options.simulator ?? createSpendSimulator();
-  const ownSimulator = !options.simulator;
-  if (ownSimulator) await simulator.listen({ port: 0, host: '127.0.0.1' });
-  const simulatorUrl = `http://127.0.0.1:${(simulator.server.address() as { port: number }).port}`;
-
-  const keysDir = mkdtempSync(join(tmpdir(), 'pas-keys-'));
-  const keysFile = join(keysDir, 'partner-keys.json');
-  writeFileSync(keysFile, keysDocument(options.partners));
+  const environment = await testEnvironment(options.partners, { simulator: options.simulator });
+  const { simulator, simulatorUrl, keysDir, keysFile } = environment;
 
   const logs = logCapture();
   const config = loadConfig({
-    DATABASE_URL: databaseUrl(),
-    REDIS_URL: options.redisUrl ?? inject('redisUrl'),
-    REDIS_KEY_PREFIX: inject('redisKeyPrefix'),
-    SPEND_MANAGEMENT_URL: simulatorUrl,
-    PARTNER_KEYS_FILE: keysFile,
+    ...environment.env,
+    ...(options.redisUrl === undefined ? {} : { REDIS_URL: options.redisUrl }),
     DATABASE_POOL_SIZE: '5',
     // Short enough for the fault tests, long enough for a loaded 2-core CI machine.
     SPEND_MANAGEMENT_TIMEOUT_MS: '1000',
@@ -95,12 +72,7 @@ export async function startTestService(options: TestServiceOptions) {
     redis,
     /** A partner's status change, as the partner sends it (in process, through the app). */
     setStatus(apiKey: string, agentId: string, enabled: boolean, headers: Record<string, string> = {}) {
-      return service.app.inject({
-        method: 'POST',
-        url: '/partner/agents/status',
-        headers: { 'x-api-key': apiKey, 'content-type': 'application/json', ...headers },
-        payload: { agentId, enabled },
-      });
+      return injectStatus(service.app, apiKey, agentId, enabled, headers);
     },
     /** Whether the campaign hash in Redis says paused. */
     async pausedInRedis(campaignIds: string[]): Promise<boolean[]> {
@@ -112,8 +84,7 @@ export async function startTestService(options: TestServiceOptions) {
     async close() {
       await service.close();
       await redis.quit();
-      if (ownSimulator) await simulator.close();
-      rmSync(keysDir, { recursive: true, force: true });
+      await environment.close();
       responseCheck.assertNoViolations();
     },
   };

@@ -1,5 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
-
 export interface WaitOptions {
   /** How long to keep trying; one try always runs, and one more once the time is up. */
   timeoutMs: number;
@@ -21,6 +19,7 @@ export async function waitFor<T>(check: () => T | false | undefined | Promise<T 
     const value = await check();
     if (value !== undefined && value !== false) return value;
     if (Date.now() > deadline) throw new Error(typeof options.failure === 'string' ? options.failure : options.failure());
-    await sleep(options.intervalMs);
+    // The global timer, so that a test on vitest's fake clock drives the pauses.
+    await new Promise((resolve) => setTimeout(resolve, options.intervalMs));
   }
 }

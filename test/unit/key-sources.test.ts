@@ -7,7 +7,8 @@ import { PartnerKeyStore } from '../../src/auth/partner-keys.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { newApiKey } from '../support/data.js';
-import { keysDocument, logCapture } from '../support/service.js';
+import { keysDocument } from '../support/environment.js';
+import { logCapture } from '../support/service.js';
 
 const networkId = '6f9619ff-8b86-4d01-b42d-00cf4fc964ff';
 
@@ -109,6 +110,8 @@ describe('partner keys from a file: the poll catches what the directory watch mi
     const store = new PartnerKeyStore();
     const metrics = createMetrics({ collectDefaults: false });
     const logs = logCapture();
+    // vitest's clock drives the poll: it runs when the test moves the clock by its interval.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
     const keySource = fileKeySource({
       store,
       metrics,
@@ -120,11 +123,13 @@ describe('partner keys from a file: the poll catches what the directory watch mi
       await keySource.start();
       expect(store.lookup(first)?.name).toBe('one');
       writeFileSync(target, keysDocument([{ key: second, networkId, name: 'two' }]));
+      await vi.advanceTimersByTimeAsync(100);
       await vi.waitFor(() => expect(store.lookup(second)?.name).toBe('two'), { timeout: 5_000, interval: 20 });
       expect(store.lookup(first)).toBeUndefined();
       expect(logs.records().map((r) => r.msg)).toEqual(['partner keys loaded', 'partner keys reloaded']);
     } finally {
       keySource.stop();
+      vi.useRealTimers();
       rmSync(linkDir, { recursive: true, force: true });
       rmSync(targetDir, { recursive: true, force: true });
     }

@@ -55,6 +55,8 @@ describe('logger: standard output in chunks', () => {
     const dir = mkdtempSync(join(tmpdir(), 'pas-log-'));
     const path = join(dir, 'out.log');
     const fd = openSync(path, 'w');
+    // vitest's clock: the 250 ms flush runs when the test moves the clock, not when the machine gets to it.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
     try {
       const logger = createLogger('info', fd);
       const lines = () => readFileSync(path, 'utf8').split('\n').filter(Boolean);
@@ -64,8 +66,10 @@ describe('logger: standard output in chunks', () => {
       logger.warn('second');
       await vi.waitFor(() => expect(lines().map((line) => JSON.parse(line).msg)).toEqual(['first', 'second']), { timeout: 100 });
       logger.info('third');
-      await vi.waitFor(() => expect(lines()).toHaveLength(3), { timeout: 2_000 }); // the 250 ms flush
+      await vi.advanceTimersByTimeAsync(250); // the 250 ms flush
+      await vi.waitFor(() => expect(lines()).toHaveLength(3), { timeout: 2_000 });
     } finally {
+      vi.useRealTimers();
       closeSync(fd);
       rmSync(dir, { recursive: true, force: true });
     }

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { waitFor } from '../support/wait.js';
 
 describe('waitFor polls until a condition holds', () => {
@@ -13,17 +13,23 @@ describe('waitFor polls until a condition holds', () => {
   });
 
   it('fails with the message of the moment once the time is up, after one last try', async () => {
+    // vitest's clock: the pauses and the time-out pass when the test moves it, without waiting.
+    vi.useFakeTimers();
+    onTestFinished(() => {
+      vi.useRealTimers();
+    });
     let tries = 0;
     const started = Date.now();
-    await expect(
-      waitFor(
-        () => {
-          tries += 1;
-          return false;
-        },
-        { timeoutMs: 30, intervalMs: 5, failure: () => `still false after ${tries} tries` },
-      ),
-    ).rejects.toThrow(/^still false after \d+ tries$/);
+    const waiting = waitFor(
+      () => {
+        tries += 1;
+        return false;
+      },
+      { timeoutMs: 30, intervalMs: 5, failure: () => `still false after ${tries} tries` },
+    );
+    const failed = expect(waiting).rejects.toThrow(/^still false after \d+ tries$/);
+    await vi.advanceTimersByTimeAsync(40);
+    await failed;
     expect(Date.now() - started).toBeGreaterThanOrEqual(30);
     expect(tries).toBeGreaterThan(1);
   });

@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { postStatus } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 
@@ -26,14 +27,6 @@ afterAll(async () => {
   await db.close();
 });
 
-function disable(baseUrl: string, agentId: string) {
-  return fetch(`${baseUrl}/partner/agents/status`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': key },
-    body: JSON.stringify({ agentId, enabled: false }),
-  });
-}
-
 describe('graceful drain: SIGTERM during a slow disable', () => {
   it('turns readiness off, finishes the request with 200 and exits 0', async () => {
     const service = await startServiceProcess({ ...baseEnv, DRAIN_DELAY_MS: '500', OTEL_SDK_DISABLED: 'true' });
@@ -42,7 +35,7 @@ describe('graceful drain: SIGTERM during a slow disable', () => {
     simulator.simulator.setMode('slow', { delayMs: 1_500 });
     try {
       const before = simulator.simulator.requests().length;
-      const pending = disable(service.baseUrl, agentId);
+      const pending = postStatus(service.baseUrl, key, agentId, false);
       // The disable is in flight once spend management has its pause call.
       await vi.waitFor(() => expect(simulator.simulator.requests().length).toBeGreaterThan(before), { timeout: 10_000, interval: 10 });
 
@@ -102,7 +95,7 @@ describe('LOG_LEVEL is honoured', () => {
       for (const service of [debug, info, warn]) {
         // Probes are logged at debug, a partner request at info.
         expect((await fetch(`${service.baseUrl}/livez`)).status).toBe(200);
-        expect((await (await disable(service.baseUrl, agentId)).json()) as unknown).toMatchObject({ agentId });
+        expect((await (await postStatus(service.baseUrl, key, agentId, false)).json()) as unknown).toMatchObject({ agentId });
       }
     } finally {
       for (const service of [debug, info, warn]) expect(await service.stop()).toBe(0);

@@ -1,53 +1,39 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createSpendSimulator } from '../../src/spend-simulator/simulator.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { databaseUrl } from '../support/database-url.js';
+import { testEnvironment } from '../support/environment.js';
 import { startOtlpReceiver } from '../support/otlp-receiver.js';
 import { startServiceProcess } from '../support/process.js';
 import { parseRawResponse, rawExchange } from '../support/raw-http.js';
-import { keysDocument } from '../support/service.js';
 
 // The built service as `npm start` starts it (telemetry preloaded), exporting over OTLP/HTTP JSON to
 // a receiver in this test, so the assertions see exactly what would leave the process.
 const db = testDatabase();
-const simulator = createSpendSimulator();
 const key = newApiKey();
 // A key from before the issued format (no pas_ prefix, Base64 with + / =): only the key set can tell it is one.
 const legacyKey = `lk-${randomBytes(30).toString('base64')}`;
 let networkId: string;
-let keysDir: string;
+let environment: Awaited<ReturnType<typeof testEnvironment>>;
+let simulator: typeof environment.simulator;
 
 beforeAll(async () => {
-  await simulator.listen({ port: 0, host: '127.0.0.1' });
   networkId = await db.network();
-  keysDir = mkdtempSync(join(tmpdir(), 'pas-tracing-keys-'));
-  writeFileSync(
-    join(keysDir, 'partner-keys.json'),
-    keysDocument([
-      { key, networkId, name: 'traced-partner' },
-      { key: legacyKey, networkId, name: 'legacy-partner' },
-    ]),
-  );
+  environment = await testEnvironment([
+    { key, networkId, name: 'traced-partner' },
+    { key: legacyKey, networkId, name: 'legacy-partner' },
+  ]);
+  simulator = environment.simulator;
 });
 
 afterAll(async () => {
-  await simulator.close();
+  await environment?.close();
   await db.close();
-  rmSync(keysDir, { recursive: true, force: true });
 });
 
 async function startTracedService(logLevel: string) {
   const receiver = await startOtlpReceiver();
   const service = await startServiceProcess({
-    DATABASE_URL: databaseUrl(),
-    REDIS_URL: inject('redisUrl'),
-    REDIS_KEY_PREFIX: inject('redisKeyPrefix'),
-    SPEND_MANAGEMENT_URL: `http://127.0.0.1:${(simulator.server.address() as { port: number }).port}`,
-    PARTNER_KEYS_FILE: join(keysDir, 'partner-keys.json'),
+    ...environment.env,
     LOG_LEVEL: logLevel,
     DRAIN_DELAY_MS: '0',
     OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,

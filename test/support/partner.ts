@@ -1,0 +1,51 @@
+// The partner's side of the status route, written once for every test: in process through the
+// app (`inject`, for the test service) and over HTTP (`fetch`, for the built service).
+import type { FastifyInstance } from 'fastify';
+
+/** The partner route that disables and enables an agent. */
+export const statusPath = '/partner/agents/status';
+
+/**
+ * Any body, with or without a key (`undefined` or `null` sends no x-api-key header): for the
+ * requests a partner gets wrong as well as right. A string body is sent as it is.
+ */
+export function injectStatusBody(
+  app: Pick<FastifyInstance, 'inject'>,
+  apiKey: string | null | undefined,
+  body: unknown,
+  headers: Record<string, string | string[]> = {},
+) {
+  return app.inject({
+    method: 'POST',
+    url: statusPath,
+    headers: { 'content-type': 'application/json', ...(apiKey == null ? {} : { 'x-api-key': apiKey }), ...headers },
+    payload: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+/** A partner's status change, as the partner sends it, in process through the app. */
+export function injectStatus(
+  app: Pick<FastifyInstance, 'inject'>,
+  apiKey: string,
+  agentId: string,
+  enabled: boolean,
+  headers: Record<string, string> = {},
+) {
+  return injectStatusBody(app, apiKey, { agentId, enabled }, headers);
+}
+
+/** A partner's status change over HTTP, to a running service at `baseUrl`. */
+export function postStatus(
+  baseUrl: string,
+  apiKey: string,
+  agentId: string,
+  enabled: boolean,
+  options: { headers?: Record<string, string>; signal?: AbortSignal } = {},
+) {
+  return fetch(`${baseUrl}${statusPath}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': apiKey, ...options.headers },
+    body: JSON.stringify({ agentId, enabled }),
+    signal: options.signal,
+  });
+}
