@@ -1,10 +1,7 @@
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import { createConvergenceWorker } from './agents/convergence-worker.js';
-import { DisableRunner, maxBatchSize, readAheadSize } from './agents/disable-runs.js';
-import { createAgentStatusUseCase } from './agents/set-agent-status.js';
-import { SpendScheduler } from './agents/spend-scheduler.js';
+import { createDisableProtocol, protocolSettings } from './agents/disable-protocol.js';
 import { createKeySource } from './auth/configured-key-source.js';
 import { PartnerKeyStore } from './auth/partner-keys.js';
 import type { Config } from './config.js';
@@ -13,7 +10,6 @@ import { createReadiness } from './http/readiness.js';
 import { createMetrics } from './observability/metrics.js';
 import { createMetricsServer } from './observability/metrics-server.js';
 import { Resources } from './resources.js';
-import { createBreaker } from './stores/breaker.js';
 import { type CampaignStateStore, createRedisCampaignState } from './stores/campaign-state.js';
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
 import { ServerFailover } from './stores/database-failover.js';
@@ -143,54 +139,19 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     }),
     (client) => client.close(),
   );
-  const spendBreaker = resources.own(
-    'spend-management breaker',
-    createBreaker(
-      'spend_management',
-      (ids: readonly string[], callKey: string) => spend.pauseSpendingPeriods(ids, callKey),
-      { ...config.breaker, operation: 'pause_spending_periods' },
-      metrics,
-    ),
-    ({ breaker }) => breaker.shutdown(),
-  );
-  const redisBreaker = resources.own(
-    'redis breaker',
-    createBreaker(
-      'redis',
-      (ids: readonly string[]) => campaignState.markPaused(ids),
-      { ...config.breaker, operation: 'mark_campaigns_paused' },
-      metrics,
-    ),
-    ({ breaker }) => breaker.shutdown(),
-  );
-  // One bound on spend-management calls in flight for the whole replica, requests and worker,
-  // shared fairly between networks (the worker's calls take what requests leave free).
-  const spendCapacity = new SpendScheduler(
-    config.pipeline.spendManagementMaxConcurrency,
-    maxQueuedCallsPerNetwork,
-    config.pipeline.workerCallMaxWaitMs,
-  );
-
-  const runner = new DisableRunner(
-    {
-      // The claim is checked inside the slot: a batch that waited for capacity while an enable
-      // answered, or while another replica took the disable over, is never sent.
-      pauseSpending: (batch, mayStart, owner) =>
-        spendCapacity.run(owner, async () => ((await mayStart()) ? spendBreaker.fire(batch.campaignIds, batch.callKey) : undefined)),
-      markPausedInStore: (ids) => redisBreaker.fire(ids),
-    },
-    {
-      batchSize: maxBatchSize,
-      batchesInFlight: config.pipeline.batchesInFlight,
-      leaseMs: config.worker.leaseMs,
-      backoff: { baseMs: config.worker.backoffBaseMs, maxMs: config.worker.backoffMaxMs },
-      batchBudgetMs: config.spendManagementTimeoutMs + config.redisCommandTimeoutMs + config.databaseStatementTimeoutMs,
-      flagRetryMs: 200,
-      claimCheckMaxAgeMs: config.worker.claimCheckMaxAgeMs,
-      owner,
-    },
+  const { runner, useCase, worker, breakers } = createDisableProtocol({
+    settings: protocolSettings(config),
+    owner,
+    stores: { agents, queue, sentPauses },
+    workerStores,
+    pauseSpendingPeriods: (ids, callKey) => spend.pauseSpendingPeriods(ids, callKey),
+    markPausedInCampaignState: (ids) => campaignState.markPaused(ids),
+    expiredKeys: createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork, statement),
     metrics,
-  );
+    log: logger,
+  });
+  resources.own('spend-management breaker', breakers.spendManagement, (breaker) => breaker.shutdown());
+  resources.own('redis breaker', breakers.redis, (breaker) => breaker.shutdown());
   // Released after the runs are over: claims still held go back to the queue at once.
   resources.own('claims', owner, (name) =>
     workerStores.queue.releaseOwned(name).then((released) => {
@@ -198,24 +159,6 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
       if (released.campaigns > 0) logger.info({ count: released.campaigns }, 'released unsettled campaigns for another replica');
     }),
   );
-  const useCase = createAgentStatusUseCase({
-    agents,
-    queue,
-    sentPauses,
-    runner,
-    disablesInFlightPerNetwork: config.limits.disablesInFlightPerNetwork,
-    supersedeFenceMs: config.worker.claimCheckMaxAgeMs,
-    readAhead: readAheadSize({ batchSize: maxBatchSize, batchesInFlight: config.pipeline.batchesInFlight }),
-  });
-  const worker = createConvergenceWorker({
-    stores: workerStores,
-    runner,
-    settings: config.worker,
-    owner,
-    metrics,
-    log: logger,
-    expiredKeys: createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork, statement),
-  });
 
   const probe = createAgentRepository(probePool, metrics, statement);
   const readiness = createReadiness({ ping: probe.ping, onReadOnly: () => failover.retire('read_only'), keyStore, metrics });
@@ -247,7 +190,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     worker,
     /** The disable runs of this replica: active(agentId), idle(), settled(). */
     runner,
-    breakers: { spendManagement: spendBreaker.breaker, redis: redisBreaker.breaker },
+    breakers,
     /** Readiness turns 503 so endpoints stop routing here; requests are still served. */
     startDraining: readiness.startDraining,
     get draining() {
@@ -303,13 +246,6 @@ async function checkServerBounds(pool: Parameters<typeof serverBounds>[0], confi
 }
 
 const warnOf = (log: Logger) => (resource: string, reason: string) => log.warn({ resource, reason }, 'resource did not close cleanly');
-
-/**
- * Calls of one network waiting for a spend-management slot, at most: far above what its runs can
- * queue (DISABLES_IN_FLIGHT_PER_NETWORK runs of DISABLE_BATCHES_IN_FLIGHT batches each, with the
- * defaults 8 × 16), so it only stops a run-away.
- */
-const maxQueuedCallsPerNetwork = 4_096;
 
 async function connectRateLimitRedis(config: Config, resources: Resources): Promise<RedisClient> {
   const client = resources.own(
