@@ -7,7 +7,7 @@ import { PartnerKeyStore } from './auth/partner-keys.js';
 import type { Config } from './config.js';
 import { buildApp } from './http/app.js';
 import { createReadiness } from './http/readiness.js';
-import { createMetrics } from './observability/metrics.js';
+import { createMetrics, type Metrics } from './observability/metrics.js';
 import { createMetricsServer } from './observability/metrics-server.js';
 import { Resources } from './resources.js';
 import { type CampaignStateStore, createRedisCampaignState } from './stores/campaign-state.js';
@@ -54,48 +54,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 
   // One failover watch for the four pools: a server found gone or read-only by any of them is left
   // by all (docs/interfaces.md §13).
-  const failover = new ServerFailover();
-  // While the old server is still what DATABASE_URL reaches, every new connection retires again:
-  // one log line a second at most, counting those it stands for.
-  let lastRetirementLine = Number.NEGATIVE_INFINITY;
-  let unlogged = { retirements: 0, connections: 0 };
-  failover.onRetire(({ reason, code, retired }) => {
-    metrics.postgresFailovers.inc({ reason });
-    metrics.postgresConnectionsRetired.inc(retired);
-    unlogged = { retirements: unlogged.retirements + 1, connections: unlogged.connections + retired };
-    if (performance.now() - lastRetirementLine < 1_000) return;
-    lastRetirementLine = performance.now();
-    logger.warn(
-      { dependency: 'postgres', reason, code, retiredConnections: unlogged.connections, retirements: unlogged.retirements },
-      'leaving the database server: connections retired',
-    );
-    unlogged = { retirements: 0, connections: 0 };
-  });
-  const poolOptions = {
-    url: config.databaseUrl,
-    statementTimeoutMs: config.databaseStatementTimeoutMs,
-    failover,
-    pooler: config.databasePooler,
-  };
-  // Four pools, so that partner traffic can neither starve the worker nor turn readiness red, and
-  // claim checks never wait behind batch statements; together at most DATABASE_MAX_CONNECTIONS.
-  const shares = config.databaseConnections;
-  const requestPool = resources.own('request pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.request }), (pool) =>
-    pool.end(),
-  );
-  const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.worker }), (pool) =>
-    pool.end(),
-  );
-  const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.readiness }), (pool) =>
-    pool.end(),
-  );
-  // The claim checks that requests' runs make inside spend-management slots: short reads that must
-  // not queue behind other runs' batch statements while they hold a slot.
-  const checkPool = resources.own(
-    'claim-check pool',
-    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.claimChecks }),
-    (pool) => pool.end(),
-  );
+  const failover = watchFailover(metrics, logger);
+  const { requestPool, workerPool, probePool, checkPool } = await openPools(config, failover, resources);
   // Named prepared statements, or unnamed ones behind a pooler (docs/interfaces.md §13).
   const statement = statementsFor(config.databasePooler);
   if (config.databasePooler !== 'none') await checkServerBounds(requestPool, config, logger);
@@ -110,20 +70,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   };
   const idempotencyKeys = createIdempotencyKeys(requestPool, metrics, config.limits.idempotencyKeysPerNetwork, statement);
 
-  const campaignState = resources.own(
-    'campaign state',
-    options.campaignState ??
-      createRedisCampaignState({
-        url: config.redisUrl,
-        cluster: config.redisCluster,
-        keyPrefix: config.redisKeyPrefix,
-        commandTimeoutMs: config.redisCommandTimeoutMs,
-        waitReplicas: config.redisWaitReplicas,
-        waitTimeoutMs: config.redisWaitTimeoutMs,
-        metrics,
-      }),
-    (store) => store.close(),
-  );
+  const campaignState = ownCampaignState(config, options, metrics, resources);
   // The rate limit's own client (none when the limit is off): it must fail fast (fail open) and
   // never queue while disconnected.
   const rateLimitRedis = config.limits.rateLimitMax > 0 ? await connectRateLimitRedis(config, resources) : undefined;
@@ -174,7 +121,6 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
   worker.start();
 
-  let closing: Promise<void> | undefined;
   // The service's one seam, for main.ts, npm run dev and the tests: the servers to listen on, and
   // what an operator's view or a test needs to look at or nudge (metrics, the key store and
   // source, the worker and the runner, the breakers). Nothing else of the wiring leaks out.
@@ -188,7 +134,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     keySource,
     /** The convergence worker: pollNow() runs one poll at once. */
     worker,
-    /** The disable runs of this replica: active(agentId), idle(), settled(). */
+    /** The disable runs of this replica: joinable(networkId, agentId), idle(). */
     runner,
     breakers,
     /** Readiness turns 503 so endpoints stop routing here; requests are still served. */
@@ -202,34 +148,102 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
      * pending, released for another replica); the server finishes its requests; then every pool and
      * client is closed, in reverse order, once nothing uses it any more.
      */
-    close(timeoutMs = config.shutdownTimeoutMs): Promise<void> {
-      closing ??= (async () => {
-        const deadline = performance.now() + timeoutMs;
-        runner.stopBy(deadline - 1_000);
-        await worker.stop();
-        const closed = app.close();
-        // A socket accepted but never used for a request (a proxy's pre-opened connection) is not
-        // closed by Fastify's idle handling on this Node: past the deadline every connection is
-        // closed, so a shutdown never waits for one.
-        let timer: NodeJS.Timeout | undefined;
-        const late = new Promise<'late'>((resolve) => {
-          timer = setTimeout(() => resolve('late'), Math.max(0, deadline - performance.now() - 500));
-        });
-        if ((await Promise.race([closed, late])) === 'late') {
-          logger.warn('connections still open at the shutdown deadline; closing them');
-          app.server.closeAllConnections();
-          await closed;
-        }
-        clearTimeout(timer);
-        await runner.idle();
-        await resources.releaseAll(warnOf(logger));
-      })();
-      return closing;
-    },
+    close: closer({ config, runner, worker, app, resources, logger }),
   };
 }
 
 export type Service = Awaited<ReturnType<typeof createService>>;
+
+/** The service's close(timeoutMs), in the order its seam describes; closing twice closes once. */
+function closer(parts: {
+  config: Config;
+  runner: { stopBy(at: number): void; idle(): Promise<void> };
+  worker: { stop(): Promise<void> };
+  app: Awaited<ReturnType<typeof buildApp>>;
+  resources: Resources;
+  logger: Logger;
+}) {
+  const { config, runner, worker, app, resources, logger } = parts;
+  let closing: Promise<void> | undefined;
+  return (timeoutMs = config.shutdownTimeoutMs): Promise<void> => {
+    closing ??= (async () => {
+      const deadline = performance.now() + timeoutMs;
+      runner.stopBy(deadline - 1_000);
+      await worker.stop();
+      const closed = app.close();
+      // A socket accepted but never used for a request (a proxy's pre-opened connection) is not
+      // closed by Fastify's idle handling on this Node: past the deadline every connection is
+      // closed, so a shutdown never waits for one.
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<'late'>((resolve) => {
+        timer = setTimeout(() => resolve('late'), Math.max(0, deadline - performance.now() - 500));
+      });
+      if ((await Promise.race([closed, late])) === 'late') {
+        logger.warn('connections still open at the shutdown deadline; closing them');
+        app.server.closeAllConnections();
+        await closed;
+      }
+      clearTimeout(timer);
+      await runner.idle();
+      await resources.releaseAll(warnOf(logger));
+    })();
+    return closing;
+  };
+}
+
+/**
+ * The failover watch the pools share. While the old server is still what DATABASE_URL reaches,
+ * every new connection retires again: one log line a second at most, counting those it stands for.
+ */
+function watchFailover(metrics: Metrics, logger: Logger): ServerFailover {
+  const failover = new ServerFailover();
+  let lastRetirementLine = Number.NEGATIVE_INFINITY;
+  let unlogged = { retirements: 0, connections: 0 };
+  failover.onRetire(({ reason, code, retired }) => {
+    metrics.postgresFailovers.inc({ reason });
+    metrics.postgresConnectionsRetired.inc(retired);
+    unlogged = { retirements: unlogged.retirements + 1, connections: unlogged.connections + retired };
+    if (performance.now() - lastRetirementLine < 1_000) return;
+    lastRetirementLine = performance.now();
+    logger.warn(
+      { dependency: 'postgres', reason, code, retiredConnections: unlogged.connections, retirements: unlogged.retirements },
+      'leaving the database server: connections retired',
+    );
+    unlogged = { retirements: 0, connections: 0 };
+  });
+  return failover;
+}
+
+/**
+ * Four pools, so that partner traffic can neither starve the worker nor turn readiness red, and
+ * claim checks never wait behind batch statements; together at most DATABASE_MAX_CONNECTIONS.
+ */
+async function openPools(config: Config, failover: ServerFailover, resources: Resources) {
+  const poolOptions = {
+    url: config.databaseUrl,
+    statementTimeoutMs: config.databaseStatementTimeoutMs,
+    failover,
+    pooler: config.databasePooler,
+  };
+  const shares = config.databaseConnections;
+  const requestPool = resources.own('request pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.request }), (pool) =>
+    pool.end(),
+  );
+  const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.worker }), (pool) =>
+    pool.end(),
+  );
+  const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.readiness }), (pool) =>
+    pool.end(),
+  );
+  // The claim checks that requests' runs make inside spend-management slots: short reads that must
+  // not queue behind other runs' batch statements while they hold a slot.
+  const checkPool = resources.own(
+    'claim-check pool',
+    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.claimChecks }),
+    (pool) => pool.end(),
+  );
+  return { requestPool, workerPool, probePool, checkPool };
+}
 
 /**
  * Behind a pooler the service sends no session setting: its statements are bounded on the server
@@ -246,6 +260,24 @@ async function checkServerBounds(pool: Parameters<typeof serverBounds>[0], confi
 }
 
 const warnOf = (log: Logger) => (resource: string, reason: string) => log.warn({ resource, reason }, 'resource did not close cleanly');
+
+/** The campaign state store: Redis, or the one npm run dev passes in. */
+function ownCampaignState(config: Config, options: ServiceOptions, metrics: Metrics, resources: Resources): CampaignStateStore {
+  return resources.own(
+    'campaign state',
+    options.campaignState ??
+      createRedisCampaignState({
+        url: config.redisUrl,
+        cluster: config.redisCluster,
+        keyPrefix: config.redisKeyPrefix,
+        commandTimeoutMs: config.redisCommandTimeoutMs,
+        waitReplicas: config.redisWaitReplicas,
+        waitTimeoutMs: config.redisWaitTimeoutMs,
+        metrics,
+      }),
+    (store) => store.close(),
+  );
+}
 
 async function connectRateLimitRedis(config: Config, resources: Resources): Promise<RedisClient> {
   const client = resources.own(
