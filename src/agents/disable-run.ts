@@ -75,7 +75,7 @@ export interface RunRequest {
   stores: RunStores;
   /** Whether agent_approved = false is known to be committed (by the request's own statement). */
   flagged: boolean;
-  /** Read by the statement that claimed the row (up to readAheadSize + 1 ids); otherwise the run reads its own. */
+  /** Read by the statement that claimed the row (up to DisableRunner.readAhead + 1 ids); otherwise the run reads its own. */
   firstBatch?: string[];
   /** Monotonic ms (performance.now()) by which the run stops starting batches (the request's deadline). */
   stopAt: number;
@@ -92,6 +92,8 @@ export interface RunnerSide {
   ports: PausePorts;
   settings: RunSettings;
   lease: Lease;
+  /** Campaigns one read fetches (DisableRunner.readAhead). */
+  readAhead: number;
   markSlots: MarkSlots;
   /** Whether a batch started now could not end before `stopAt` or the replica's shutdown. */
   stopReason: (stopAt: number) => StopKind | undefined;
@@ -99,11 +101,6 @@ export interface RunnerSide {
   countPaused: (moved: number) => void;
   /** Campaigns a store answered about without confirming them (metrics). */
   countNotConfirmed: (dependency: NotConfirmedBy, count: number) => void;
-}
-
-/** Campaigns one read fetches: what one run may have in flight (the recording statement reads one more). */
-export function readAheadSize(settings: Pick<RunSettings, 'batchSize' | 'batchesInFlight'>): number {
-  return settings.batchSize * settings.batchesInFlight;
 }
 
 /** Why a run stops starting batches, the first of each kind; all of them name its end. */
@@ -244,7 +241,7 @@ export class DisableRun {
    */
   private async pass(): Promise<void> {
     const { batchSize, batchesInFlight } = this.side.settings;
-    const chunkSize = readAheadSize(this.side.settings);
+    const chunkSize = this.side.readAhead;
     let cursor: string | null = null;
     const batches: string[][] = [];
     // Set when a read returned no more than asked for: no statement is needed to find that out.
@@ -318,15 +315,15 @@ export class DisableRun {
     const finish = last && !this.stops.notConfirmed && stored.confirmed.length === ids.length;
     // The database step does not hold the batch's place in the pipeline: the next call may start
     // while the marks, one statement at a time, catch up.
-    const marking = this.marks.mark(stored.confirmed, finish).then(
+    const settled = this.marks.mark(stored.confirmed, finish).then(
       (skipped) => {
         for (const id of stored.confirmed) if (!skipped.includes(id)) this.unsettled.delete(id);
         if (skipped.length > 0) this.notConfirmedBy('postgres', skipped.length);
       },
       (error: unknown) => this.stops.fail(error),
     );
-    this.marksInFlight.add(marking);
-    void marking.finally(() => this.marksInFlight.delete(marking));
+    this.marksInFlight.add(settled);
+    void settled.finally(() => this.marksInFlight.delete(settled));
   }
 
   /**

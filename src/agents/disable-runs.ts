@@ -10,7 +10,6 @@ import {
   type RunRequest,
   type RunSettings,
   type RunStores,
-  readAheadSize,
   toDependencyError,
 } from './disable-run.js';
 import { MarkSlots } from './mark-queue.js';
@@ -79,9 +78,13 @@ export class DisableRunner {
     private readonly metrics: Metrics,
   ) {}
 
-  /** Campaigns one read fetches: the claiming statement reads one more, and so does each read of a run. */
+  /**
+   * Campaigns one read fetches: what one run may have in flight. The statement that records and
+   * claims a disable reads one more, and so does each read of a run: the extra id tells whether
+   * more follow, without another statement.
+   */
   get readAhead(): number {
-    return readAheadSize(this.settings);
+    return this.settings.batchSize * this.settings.batchesInFlight;
   }
 
   /** The end of this network's run of the agent going on in this replica, if any: a request joins it. */
@@ -122,6 +125,7 @@ export class DisableRunner {
       ports: this.ports,
       settings: this.settings,
       lease: this.lease(request.claimToken),
+      readAhead: this.readAhead,
       markSlots: this.markSlots,
       stopReason: (stopAt) => this.stopReason(stopAt),
       countPaused: (moved) => this.count(request.partnerName, moved, request),

@@ -148,7 +148,7 @@ interface DisableRequestSide {
  * answers by its deadline whatever it waits on, with what it knows (its progress).
  */
 class DisableRequest {
-  readonly progress: DisableProgress = { paused: 0, unpausedAtStart: undefined, flagged: false };
+  private readonly progress: DisableProgress = { paused: 0, unpausedAtStart: undefined, flagged: false };
 
   constructor(
     private readonly command: SetAgentStatusCommand,
