@@ -1,3 +1,4 @@
+// When a request answers: by its deadline, at once at a shutdown, or with a 202 once respond-async allows it.
 import { performance } from 'node:perf_hooks';
 
 /** The replica's shutdown as a request sees it (DisableRunner.shutdown). */

@@ -1,3 +1,4 @@
+// One run's claim checks, made inside the spend-management slot right before each call.
 import { performance } from 'node:perf_hooks';
 import type { Lease } from '../stores/database.js';
 import type { DisableQueue } from '../stores/disable-queue.js';

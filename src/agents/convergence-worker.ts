@@ -1,3 +1,4 @@
+// The convergence worker: claims due pending disables and runs them through the runner like a request.
 import { isSpanContextValid, type Link, type SpanContext, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { WorkerSettings } from '../config.js';

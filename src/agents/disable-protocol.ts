@@ -1,3 +1,4 @@
+// The disable protocol, composed once: breakers, spend-management slots, the claim check inside the slot, runner, use case and worker.
 import type { Logger } from 'pino';
 import type { BreakerSettings, Config, PipelineSettings, WorkerSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';

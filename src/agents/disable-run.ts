@@ -1,3 +1,4 @@
+// One disable run as an object: its flag, its passes over the agent's campaigns, and its end.
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { DependencyError } from '../observability/dependency-calls.js';

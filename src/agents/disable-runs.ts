@@ -1,3 +1,4 @@
+// The replica's runner: its runs' registry and shutdown; every disable run passes DisableRunner.run, where its end is reported.
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Metrics } from '../observability/metrics.js';

@@ -1,3 +1,4 @@
+// One run's database marks, one statement in flight, within the replica's mark slots per network.
 import { performance } from 'node:perf_hooks';
 import type { AgentRepository, Lease } from '../stores/database.js';
 

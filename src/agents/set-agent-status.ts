@@ -1,3 +1,4 @@
+// The use case: enable or disable one agent of the partner's network, and read its status and changes.
 import { performance } from 'node:perf_hooks';
 import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api';
 import { DependencyError } from '../observability/dependency-calls.js';
