@@ -319,8 +319,8 @@ class DisableRequest {
 }
 
 /**
- * Enables or disables one agent of the partner's network (specification sections 3 and 4;
- * docs/interfaces.md §7, §9 and §10), and reads its status and changes.
+ * Enables or disables one agent of the partner's network (docs/interfaces.md §7, §9 and §10), and
+ * reads its status and changes.
  *
  * Nothing here waits on anything before the statement that checks the network: a request of
  * another network never joins, waits for or counts against this network's runs, so neither its
