@@ -1,19 +1,15 @@
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import { createConvergenceWorker } from './agents/convergence-worker.js';
-import { DisableRunner, maxBatchSize, readAheadSize } from './agents/disable-runs.js';
-import { createAgentStatusUseCase } from './agents/set-agent-status.js';
-import { SpendScheduler } from './agents/spend-scheduler.js';
+import { createDisableProtocol, protocolSettings } from './agents/disable-protocol.js';
 import { createKeySource } from './auth/configured-key-source.js';
 import { PartnerKeyStore } from './auth/partner-keys.js';
 import type { Config } from './config.js';
 import { buildApp } from './http/app.js';
 import { createReadiness } from './http/readiness.js';
-import { createMetrics } from './observability/metrics.js';
+import { createMetrics, type Metrics } from './observability/metrics.js';
 import { createMetricsServer } from './observability/metrics-server.js';
 import { Resources } from './resources.js';
-import { createBreaker } from './stores/breaker.js';
 import { type CampaignStateStore, createRedisCampaignState } from './stores/campaign-state.js';
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
 import { ServerFailover } from './stores/database-failover.js';
@@ -58,9 +54,149 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 
   // One failover watch for the four pools: a server found gone or read-only by any of them is left
   // by all (docs/interfaces.md §13).
+  const failover = watchFailover(metrics, logger);
+  const { requestPool, workerPool, probePool, checkPool } = await openPools(config, failover, resources);
+  // Named prepared statements, or unnamed ones behind a pooler (docs/interfaces.md §13).
+  const statement = statementsFor(config.databasePooler);
+  if (config.databasePooler !== 'none') await checkServerBounds(requestPool, config, logger);
+  const agents = createAgentRepository(requestPool, metrics, statement);
+  const queue = createDisableQueue(requestPool, metrics, checkPool, statement);
+  const sentPauses = createSentPauses(requestPool, metrics);
+  const workerStores = {
+    agents: createAgentRepository(workerPool, metrics, statement),
+    // The worker checks its claims on its own pool: it takes only what requests leave free.
+    queue: createDisableQueue(workerPool, metrics, workerPool, statement),
+    sentPauses: createSentPauses(workerPool, metrics),
+  };
+  const idempotencyKeys = createIdempotencyKeys(requestPool, metrics, config.limits.idempotencyKeysPerNetwork, statement);
+
+  const campaignState = ownCampaignState(config, options, metrics, resources);
+  // The rate limit's own client (none when the limit is off): it must fail fast (fail open) and
+  // never queue while disconnected.
+  const rateLimitRedis = config.limits.rateLimitMax > 0 ? await connectRateLimitRedis(config, resources) : undefined;
+
+  const spend = resources.own(
+    'spend-management client',
+    createSpendManagementClient({
+      baseUrl: config.spendManagementUrl,
+      token: config.spendManagementToken,
+      timeoutMs: config.spendManagementTimeoutMs,
+      metrics,
+      log: logger,
+    }),
+    (client) => client.close(),
+  );
+  const { runner, useCase, worker, breakers } = createDisableProtocol({
+    settings: protocolSettings(config),
+    owner,
+    stores: { agents, queue, sentPauses },
+    workerStores,
+    pauseSpendingPeriods: (ids, callKey) => spend.pauseSpendingPeriods(ids, callKey),
+    markPausedInCampaignState: (ids) => campaignState.markPaused(ids),
+    expiredKeys: createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork, statement),
+    metrics,
+    log: logger,
+  });
+  resources.own('spend-management breaker', breakers.spendManagement, (breaker) => breaker.shutdown());
+  resources.own('redis breaker', breakers.redis, (breaker) => breaker.shutdown());
+  // Released after the runs are over: claims still held go back to the queue at once.
+  resources.own('claims', owner, (name) =>
+    workerStores.queue.releaseOwned(name).then((released) => {
+      if (released.disables > 0) logger.info({ count: released.disables }, 'released pending disables for another replica');
+      if (released.campaigns > 0) logger.info({ count: released.campaigns }, 'released unsettled campaigns for another replica');
+    }),
+  );
+
+  const probe = createAgentRepository(probePool, metrics, statement);
+  const readiness = createReadiness({ ping: probe.ping, onReadOnly: () => failover.retire('read_only'), keyStore, metrics });
+  const app = await buildApp({
+    logger,
+    metrics,
+    keyStore,
+    agentStatus: useCase,
+    idempotencyKeys,
+    isReady: readiness.isReady,
+    limits: { ...config.limits, redis: rateLimitRedis, keyPrefix: config.redisKeyPrefix },
+  });
+  const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
+  worker.start();
+
+  // The service's one seam, for main.ts, npm run dev and the tests: the servers to listen on, and
+  // what an operator's view or a test needs to look at or nudge (metrics, the key store and
+  // source, the worker and the runner, the breakers). Nothing else of the wiring leaks out.
+  return {
+    /** The partner API and probes (listen on PORT). */
+    app,
+    /** Prometheus /metrics (listen on METRICS_PORT). */
+    metricsServer,
+    metrics,
+    keyStore,
+    keySource,
+    /** The convergence worker: pollNow() runs one poll at once. */
+    worker,
+    /** The disable runs of this replica: joinable(networkId, agentId), idle(). */
+    runner,
+    breakers,
+    /** Readiness turns 503 so endpoints stop routing here; requests are still served. */
+    startDraining: readiness.startDraining,
+    get draining() {
+      return readiness.draining;
+    },
+    /**
+     * Stops new work and finishes what is running within `timeoutMs`: the worker claims nothing
+     * more; disables stop between batches once they could not finish another one in time (they stay
+     * pending, released for another replica); the server finishes its requests; then every pool and
+     * client is closed, in reverse order, once nothing uses it any more.
+     */
+    close: closer({ config, runner, worker, app, resources, logger }),
+  };
+}
+
+export type Service = Awaited<ReturnType<typeof createService>>;
+
+/** The service's close(timeoutMs), in the order its seam describes; closing twice closes once. */
+function closer(parts: {
+  config: Config;
+  runner: { stopBy(at: number): void; idle(): Promise<void> };
+  worker: { stop(): Promise<void> };
+  app: Awaited<ReturnType<typeof buildApp>>;
+  resources: Resources;
+  logger: Logger;
+}) {
+  const { config, runner, worker, app, resources, logger } = parts;
+  let closing: Promise<void> | undefined;
+  return (timeoutMs = config.shutdownTimeoutMs): Promise<void> => {
+    closing ??= (async () => {
+      const deadline = performance.now() + timeoutMs;
+      runner.stopBy(deadline - 1_000);
+      await worker.stop();
+      const closed = app.close();
+      // A socket accepted but never used for a request (a proxy's pre-opened connection) is not
+      // closed by Fastify's idle handling on this Node: past the deadline every connection is
+      // closed, so a shutdown never waits for one.
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<'late'>((resolve) => {
+        timer = setTimeout(() => resolve('late'), Math.max(0, deadline - performance.now() - 500));
+      });
+      if ((await Promise.race([closed, late])) === 'late') {
+        logger.warn('connections still open at the shutdown deadline; closing them');
+        app.server.closeAllConnections();
+        await closed;
+      }
+      clearTimeout(timer);
+      await runner.idle();
+      await resources.releaseAll(warnOf(logger));
+    })();
+    return closing;
+  };
+}
+
+/**
+ * The failover watch the pools share. While the old server is still what DATABASE_URL reaches,
+ * every new connection retires again: one log line a second at most, counting those it stands for.
+ */
+function watchFailover(metrics: Metrics, logger: Logger): ServerFailover {
   const failover = new ServerFailover();
-  // While the old server is still what DATABASE_URL reaches, every new connection retires again:
-  // one log line a second at most, counting those it stands for.
   let lastRetirementLine = Number.NEGATIVE_INFINITY;
   let unlogged = { retirements: 0, connections: 0 };
   failover.onRetire(({ reason, code, retired }) => {
@@ -75,14 +211,20 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     );
     unlogged = { retirements: 0, connections: 0 };
   });
+  return failover;
+}
+
+/**
+ * Four pools, so that partner traffic can neither starve the worker nor turn readiness red, and
+ * claim checks never wait behind batch statements; together at most DATABASE_MAX_CONNECTIONS.
+ */
+async function openPools(config: Config, failover: ServerFailover, resources: Resources) {
   const poolOptions = {
     url: config.databaseUrl,
     statementTimeoutMs: config.databaseStatementTimeoutMs,
     failover,
     pooler: config.databasePooler,
   };
-  // Four pools, so that partner traffic can neither starve the worker nor turn readiness red, and
-  // claim checks never wait behind batch statements; together at most DATABASE_MAX_CONNECTIONS.
   const shares = config.databaseConnections;
   const requestPool = resources.own('request pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.request }), (pool) =>
     pool.end(),
@@ -100,193 +242,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     await createDatabasePool({ ...poolOptions, maxPoolSize: shares.claimChecks }),
     (pool) => pool.end(),
   );
-  // Named prepared statements, or unnamed ones behind a pooler (docs/interfaces.md §13).
-  const statement = statementsFor(config.databasePooler);
-  if (config.databasePooler !== 'none') await checkServerBounds(requestPool, config, logger);
-  const agents = createAgentRepository(requestPool, metrics, statement);
-  const queue = createDisableQueue(requestPool, metrics, checkPool, statement);
-  const sentPauses = createSentPauses(requestPool, metrics);
-  const workerStores = {
-    agents: createAgentRepository(workerPool, metrics, statement),
-    // The worker checks its claims on its own pool: it takes only what requests leave free.
-    queue: createDisableQueue(workerPool, metrics, workerPool, statement),
-    sentPauses: createSentPauses(workerPool, metrics),
-  };
-  const idempotencyKeys = createIdempotencyKeys(requestPool, metrics, config.limits.idempotencyKeysPerNetwork, statement);
-
-  const campaignState = resources.own(
-    'campaign state',
-    options.campaignState ??
-      createRedisCampaignState({
-        url: config.redisUrl,
-        cluster: config.redisCluster,
-        keyPrefix: config.redisKeyPrefix,
-        commandTimeoutMs: config.redisCommandTimeoutMs,
-        waitReplicas: config.redisWaitReplicas,
-        waitTimeoutMs: config.redisWaitTimeoutMs,
-        metrics,
-      }),
-    (store) => store.close(),
-  );
-  // The rate limit's own client (none when the limit is off): it must fail fast (fail open) and
-  // never queue while disconnected.
-  const rateLimitRedis = config.limits.rateLimitMax > 0 ? await connectRateLimitRedis(config, resources) : undefined;
-
-  const spend = resources.own(
-    'spend-management client',
-    createSpendManagementClient({
-      baseUrl: config.spendManagementUrl,
-      token: config.spendManagementToken,
-      timeoutMs: config.spendManagementTimeoutMs,
-      metrics,
-      log: logger,
-    }),
-    (client) => client.close(),
-  );
-  const spendBreaker = resources.own(
-    'spend-management breaker',
-    createBreaker(
-      'spend_management',
-      (ids: readonly string[], callKey: string) => spend.pauseSpendingPeriods(ids, callKey),
-      { ...config.breaker, operation: 'pause_spending_periods' },
-      metrics,
-    ),
-    ({ breaker }) => breaker.shutdown(),
-  );
-  const redisBreaker = resources.own(
-    'redis breaker',
-    createBreaker(
-      'redis',
-      (ids: readonly string[]) => campaignState.markPaused(ids),
-      { ...config.breaker, operation: 'mark_campaigns_paused' },
-      metrics,
-    ),
-    ({ breaker }) => breaker.shutdown(),
-  );
-  // One bound on spend-management calls in flight for the whole replica, requests and worker,
-  // shared fairly between networks (the worker's calls take what requests leave free).
-  const spendCapacity = new SpendScheduler(
-    config.pipeline.spendManagementMaxConcurrency,
-    maxQueuedCallsPerNetwork,
-    config.pipeline.workerCallMaxWaitMs,
-  );
-
-  const runner = new DisableRunner(
-    {
-      // The claim is checked inside the slot: a batch that waited for capacity while an enable
-      // answered, or while another replica took the disable over, is never sent.
-      pauseSpending: (batch, mayStart, owner) =>
-        spendCapacity.run(owner, async () => ((await mayStart()) ? spendBreaker.fire(batch.campaignIds, batch.callKey) : undefined)),
-      markPausedInStore: (ids) => redisBreaker.fire(ids),
-    },
-    {
-      batchSize: maxBatchSize,
-      batchesInFlight: config.pipeline.batchesInFlight,
-      leaseMs: config.worker.leaseMs,
-      backoff: { baseMs: config.worker.backoffBaseMs, maxMs: config.worker.backoffMaxMs },
-      batchBudgetMs: config.spendManagementTimeoutMs + config.redisCommandTimeoutMs + config.databaseStatementTimeoutMs,
-      flagRetryMs: 200,
-      claimCheckMaxAgeMs: config.worker.claimCheckMaxAgeMs,
-      owner,
-    },
-    metrics,
-  );
-  // Released after the runs are over: claims still held go back to the queue at once.
-  resources.own('claims', owner, (name) =>
-    workerStores.queue.releaseOwned(name).then((released) => {
-      if (released.disables > 0) logger.info({ count: released.disables }, 'released pending disables for another replica');
-      if (released.campaigns > 0) logger.info({ count: released.campaigns }, 'released unsettled campaigns for another replica');
-    }),
-  );
-  const useCase = createAgentStatusUseCase({
-    agents,
-    queue,
-    sentPauses,
-    runner,
-    disablesInFlightPerNetwork: config.limits.disablesInFlightPerNetwork,
-    supersedeFenceMs: config.worker.claimCheckMaxAgeMs,
-    readAhead: readAheadSize({ batchSize: maxBatchSize, batchesInFlight: config.pipeline.batchesInFlight }),
-  });
-  const worker = createConvergenceWorker({
-    stores: workerStores,
-    runner,
-    settings: config.worker,
-    owner,
-    metrics,
-    log: logger,
-    expiredKeys: createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork, statement),
-  });
-
-  const probe = createAgentRepository(probePool, metrics, statement);
-  const readiness = createReadiness({ ping: probe.ping, onReadOnly: () => failover.retire('read_only'), keyStore, metrics });
-  const app = await buildApp({
-    logger,
-    metrics,
-    keyStore,
-    agentStatus: useCase,
-    idempotencyKeys,
-    isReady: readiness.isReady,
-    limits: { ...config.limits, redis: rateLimitRedis, keyPrefix: config.redisKeyPrefix },
-  });
-  const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
-  worker.start();
-
-  let closing: Promise<void> | undefined;
-  // The service's one seam, for main.ts, npm run dev and the tests: the servers to listen on, and
-  // what an operator's view or a test needs to look at or nudge (metrics, the key store and
-  // source, the worker and the runner, the breakers). Nothing else of the wiring leaks out.
-  return {
-    /** The partner API and probes (listen on PORT). */
-    app,
-    /** Prometheus /metrics (listen on METRICS_PORT). */
-    metricsServer,
-    metrics,
-    keyStore,
-    keySource,
-    /** The convergence worker: pollNow() runs one poll at once. */
-    worker,
-    /** The disable runs of this replica: active(agentId), idle(), settled(). */
-    runner,
-    breakers: { spendManagement: spendBreaker.breaker, redis: redisBreaker.breaker },
-    /** Readiness turns 503 so endpoints stop routing here; requests are still served. */
-    startDraining: readiness.startDraining,
-    get draining() {
-      return readiness.draining;
-    },
-    /**
-     * Stops new work and finishes what is running within `timeoutMs`: the worker claims nothing
-     * more; disables stop between batches once they could not finish another one in time (they stay
-     * pending, released for another replica); the server finishes its requests; then every pool and
-     * client is closed, in reverse order, once nothing uses it any more.
-     */
-    close(timeoutMs = config.shutdownTimeoutMs): Promise<void> {
-      closing ??= (async () => {
-        const deadline = performance.now() + timeoutMs;
-        runner.stopBy(deadline - 1_000);
-        await worker.stop();
-        const closed = app.close();
-        // A socket accepted but never used for a request (a proxy's pre-opened connection) is not
-        // closed by Fastify's idle handling on this Node: past the deadline every connection is
-        // closed, so a shutdown never waits for one.
-        let timer: NodeJS.Timeout | undefined;
-        const late = new Promise<'late'>((resolve) => {
-          timer = setTimeout(() => resolve('late'), Math.max(0, deadline - performance.now() - 500));
-        });
-        if ((await Promise.race([closed, late])) === 'late') {
-          logger.warn('connections still open at the shutdown deadline; closing them');
-          app.server.closeAllConnections();
-          await closed;
-        }
-        clearTimeout(timer);
-        await runner.idle();
-        await resources.releaseAll(warnOf(logger));
-      })();
-      return closing;
-    },
-  };
+  return { requestPool, workerPool, probePool, checkPool };
 }
-
-export type Service = Awaited<ReturnType<typeof createService>>;
 
 /**
  * Behind a pooler the service sends no session setting: its statements are bounded on the server
@@ -304,12 +261,23 @@ async function checkServerBounds(pool: Parameters<typeof serverBounds>[0], confi
 
 const warnOf = (log: Logger) => (resource: string, reason: string) => log.warn({ resource, reason }, 'resource did not close cleanly');
 
-/**
- * Calls of one network waiting for a spend-management slot, at most: far above what its runs can
- * queue (DISABLES_IN_FLIGHT_PER_NETWORK runs of DISABLE_BATCHES_IN_FLIGHT batches each, with the
- * defaults 8 × 16), so it only stops a run-away.
- */
-const maxQueuedCallsPerNetwork = 4_096;
+/** The campaign state store: Redis, or the one npm run dev passes in. */
+function ownCampaignState(config: Config, options: ServiceOptions, metrics: Metrics, resources: Resources): CampaignStateStore {
+  return resources.own(
+    'campaign state',
+    options.campaignState ??
+      createRedisCampaignState({
+        url: config.redisUrl,
+        cluster: config.redisCluster,
+        keyPrefix: config.redisKeyPrefix,
+        commandTimeoutMs: config.redisCommandTimeoutMs,
+        waitReplicas: config.redisWaitReplicas,
+        waitTimeoutMs: config.redisWaitTimeoutMs,
+        metrics,
+      }),
+    (store) => store.close(),
+  );
+}
 
 async function connectRateLimitRedis(config: Config, resources: Resources): Promise<RedisClient> {
   const client = resources.own(

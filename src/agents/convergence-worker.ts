@@ -1,3 +1,4 @@
+// The convergence worker: claims due pending disables and runs them through the runner like a request.
 import { isSpanContextValid, type Link, type SpanContext, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { WorkerSettings } from '../config.js';
@@ -5,7 +6,8 @@ import { sqlstateFields } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ClaimedDisable } from '../stores/disable-queue.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
-import { type DisableRunner, describeCause, type RunEnd, type RunStores } from './disable-runs.js';
+import { describeCause, type RunStores } from './disable-run.js';
+import { type DisableRunner, runOutcome } from './disable-runs.js';
 
 const tracer = trace.getTracer('partner-agent-status');
 
@@ -23,13 +25,85 @@ function spanContextOf(traceParent: string): SpanContext | undefined {
 const keyPurgeIntervalMs = 60_000;
 const keyPurgeBatch = 500;
 
-type AttemptOutcome = 'completed' | 'incomplete' | 'failed' | 'superseded' | 'stopped';
+interface WorkerDeps {
+  stores: RunStores;
+  runner: DisableRunner;
+  settings: WorkerSettings;
+  owner: string;
+  metrics: Metrics;
+  log: Logger;
+  /** Idempotency keys, whose expired rows the worker deletes (docs/interfaces.md §11). */
+  expiredKeys: Pick<IdempotencyKeys, 'purgeExpired'>;
+}
 
-function outcomeOf(end: RunEnd): AttemptOutcome {
-  if (end.kind === 'completed') return 'completed';
-  if (end.kind === 'lost_claim') return 'superseded';
-  if (end.cause.kind === 'shutdown' || end.cause.kind === 'deadline') return 'stopped';
-  return end.cause.kind === 'dependency' ? 'failed' : 'incomplete';
+/** One worker attempt: the claimed row run to its end, in a span linked to the request's, logged and counted. */
+function attempt(claim: ClaimedDisable, deps: WorkerDeps): Promise<void> {
+  const { stores, runner, metrics, log } = deps;
+  const links: Link[] = [];
+  const requested = claim.traceParent ? spanContextOf(claim.traceParent) : undefined;
+  if (requested) links.push({ context: requested });
+  return tracer.startActiveSpan(
+    'agent.converge_disable',
+    { links, attributes: { 'agent.id': claim.agentId, 'network.id': claim.networkId, 'disable.attempt': claim.attempts } },
+    async (span) => {
+      try {
+        const end = await runner.run({
+          agentId: claim.agentId,
+          networkId: claim.networkId,
+          partnerName: claim.partnerName,
+          claimToken: claim.claimToken,
+          stores,
+          // A pending row may be there before its flag: a request that met a locked agent row.
+          flagged: false,
+          stopAt: Number.POSITIVE_INFINITY,
+          background: true,
+        });
+        const outcome = runOutcome(end);
+        metrics.workerAttempts.inc({ outcome });
+        span.setAttributes({ 'disable.outcome': outcome, 'campaigns.paused_count': end.paused });
+        const fields = {
+          agentId: claim.agentId,
+          networkId: claim.networkId,
+          attempt: claim.attempts,
+          outcome,
+          pausedCampaignCount: end.paused,
+          ...(end.kind === 'incomplete' ? { remainingCampaignCount: end.remaining, reason: describeCause(end.cause) } : {}),
+          ...(end.kind === 'incomplete' && end.cause.kind === 'dependency' ? sqlstateFields(end.cause.error) : {}),
+        };
+        if (outcome === 'failed') {
+          span.setStatus({ code: SpanStatusCode.ERROR, message: fields.reason ?? 'failed' });
+          log.warn(fields, 'pending disable attempt failed; retrying with backoff');
+        } else {
+          log.info(fields, 'pending disable attempt');
+        }
+      } finally {
+        span.end();
+      }
+    },
+  );
+}
+
+/**
+ * At most once a minute: deletes the idempotency keys older than 24 hours, a few hundred per
+ * statement, so that no statement holds locks on many rows or runs long; at most 20 batches a
+ * time, the rest next time.
+ */
+class ExpiredKeyPurge {
+  private lastPurge = 0;
+
+  constructor(private readonly deps: Pick<WorkerDeps, 'expiredKeys' | 'log'>) {}
+
+  async run(stopped: () => boolean): Promise<void> {
+    if (Date.now() - this.lastPurge < keyPurgeIntervalMs) return;
+    this.lastPurge = Date.now();
+    let purged = 0;
+    for (let batch = 0; batch < 20 && !stopped(); batch += 1) {
+      const n = await this.deps.expiredKeys.purgeExpired(keyPurgeBatch);
+      purged += n;
+      if (n < keyPurgeBatch) break;
+    }
+    if (purged > 0) this.deps.log.info({ count: purged }, 'expired idempotency keys deleted');
+  }
 }
 
 /**
@@ -40,85 +114,14 @@ function outcomeOf(end: RunEnd): AttemptOutcome {
  * capped exponential backoff. A replica that dies leaves its lease to run out: the row is then
  * due again and any replica takes it over.
  */
-export function createConvergenceWorker(deps: {
-  stores: RunStores;
-  runner: DisableRunner;
-  settings: WorkerSettings;
-  owner: string;
-  metrics: Metrics;
-  log: Logger;
-  /** Idempotency keys, whose expired rows the worker deletes (docs/interfaces.md §11). */
-  expiredKeys: Pick<IdempotencyKeys, 'purgeExpired'>;
-}) {
+export function createConvergenceWorker(deps: WorkerDeps) {
   const { stores, runner, settings, metrics, log } = deps;
-  let lastPurge = 0;
   const { queue } = stores;
   const running = new Set<Promise<void>>();
   let timer: NodeJS.Timeout | undefined;
   let polling: Promise<void> | undefined;
   let stopped = false;
-
-  function attempt(claim: ClaimedDisable): Promise<void> {
-    const links: Link[] = [];
-    const requested = claim.traceParent ? spanContextOf(claim.traceParent) : undefined;
-    if (requested) links.push({ context: requested });
-    return tracer.startActiveSpan(
-      'agent.converge_disable',
-      { links, attributes: { 'agent.id': claim.agentId, 'network.id': claim.networkId, 'disable.attempt': claim.attempts } },
-      async (span) => {
-        try {
-          const end = await runner.run({
-            agentId: claim.agentId,
-            networkId: claim.networkId,
-            partnerName: claim.partnerName,
-            claimToken: claim.claimToken,
-            stores,
-            // A pending row may be there before its flag: a request that met a locked agent row.
-            flagged: false,
-            stopAt: Number.POSITIVE_INFINITY,
-            background: true,
-          });
-          const outcome = outcomeOf(end);
-          metrics.workerAttempts.inc({ outcome });
-          span.setAttributes({ 'disable.outcome': outcome, 'campaigns.paused_count': end.paused });
-          const fields = {
-            agentId: claim.agentId,
-            networkId: claim.networkId,
-            attempt: claim.attempts,
-            outcome,
-            pausedCampaignCount: end.paused,
-            ...(end.kind === 'incomplete' ? { remainingCampaignCount: end.remaining, reason: describeCause(end.cause) } : {}),
-            ...(end.kind === 'incomplete' && end.cause.kind === 'dependency' ? sqlstateFields(end.cause.error) : {}),
-          };
-          if (outcome === 'failed') {
-            span.setStatus({ code: SpanStatusCode.ERROR, message: fields.reason ?? 'failed' });
-            log.warn(fields, 'pending disable attempt failed; retrying with backoff');
-          } else {
-            log.info(fields, 'pending disable attempt');
-          }
-        } finally {
-          span.end();
-        }
-      },
-    );
-  }
-
-  /**
-   * At most once a minute: deletes the idempotency keys older than 24 hours, a few hundred per
-   * statement, so that no statement holds locks on many rows or runs long; at most 20 batches a
-   * time, the rest next time.
-   */
-  async function purgeExpiredKeys(): Promise<void> {
-    if (Date.now() - lastPurge < keyPurgeIntervalMs) return;
-    lastPurge = Date.now();
-    let purged = 0;
-    for (let batch = 0; batch < 20 && !stopped; batch += 1) {
-      const n = await deps.expiredKeys.purgeExpired(keyPurgeBatch);
-      purged += n;
-      if (n < keyPurgeBatch) break;
-    }
-    if (purged > 0) log.info({ count: purged }, 'expired idempotency keys deleted');
-  }
+  const keyPurge = new ExpiredKeyPurge(deps);
 
   /** Claims per settling round of the write-ahead record, and rounds per poll at most. */
   const recordedClaimSize = 500;
@@ -150,12 +153,14 @@ export function createConvergenceWorker(deps: {
 
   async function poll(): Promise<void> {
     try {
-      await purgeExpiredKeys().catch((error: unknown) => {
-        log.warn(
-          { reason: (error as Error).message, ...sqlstateFields(error) },
-          'could not delete expired idempotency keys; trying again later',
-        );
-      });
+      await keyPurge
+        .run(() => stopped)
+        .catch((error: unknown) => {
+          log.warn(
+            { reason: (error as Error).message, ...sqlstateFields(error) },
+            'could not delete expired idempotency keys; trying again later',
+          );
+        });
       const stats = await queue.pendingStats();
       metrics.pendingDisables.set(stats.count);
       metrics.pendingDisablesOldestAge.set(stats.oldestAgeSeconds);
@@ -165,7 +170,7 @@ export function createConvergenceWorker(deps: {
       const free = settings.concurrency - running.size;
       if (stopped || free <= 0 || stats.count === 0) return;
       for (const claim of await queue.claimDue(deps.owner, settings.leaseMs, free)) {
-        const run = attempt(claim).catch((error: unknown) => {
+        const run = attempt(claim, deps).catch((error: unknown) => {
           log.error(
             { agentId: claim.agentId, reason: (error as Error).message, ...sqlstateFields(error) },
             'pending disable attempt crashed',

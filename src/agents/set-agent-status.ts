@@ -1,11 +1,13 @@
-import { randomUUID } from 'node:crypto';
+// The use case: enable or disable one agent of the partner's network, and read its status and changes.
 import { performance } from 'node:perf_hooks';
 import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api';
 import { DependencyError } from '../observability/dependency-calls.js';
-import type { AgentRepository, AgentStatusView, ChangeConditions, StatusChangeRow } from '../stores/database.js';
+import type { AgentRepository, AgentStatusView, ChangeConditions, Lease, StatusChangeRow } from '../stores/database.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
 import type { SentPauses } from '../stores/sent-pauses.js';
-import type { DisableRunner, RunCause, RunEnd, RunStores } from './disable-runs.js';
+import { AnswerClock, type DisableProgress, estimatedRemaining, type ShutdownClock, sleepUntil } from './answer-clock.js';
+import type { RunCause, RunEnd, RunRequest, RunStores } from './disable-run.js';
+import { NetworkAllowance } from './network-allowance.js';
 
 /** The agent does not exist in the partner's network (whether or not it exists in another one). */
 export class AgentNotInNetwork extends Error {
@@ -93,16 +95,30 @@ export interface AcceptedDisable {
 /** The status with the id of the agent's latest change, which the ETag names. */
 export type AgentStatusRead = AgentStatusView & { latestChangeId: string };
 
+/**
+ * What a request needs of the replica's runs (DisableRunner), and nothing more: the read-ahead of
+ * the claiming statement, the shutdown it answers by, a lease for a claim, the run of its agent to
+ * join, and a run of its own.
+ */
+export interface RequestRuns {
+  /** Campaigns one read fetches: the recording statement reads one more. */
+  readonly readAhead: number;
+  readonly shutdown: ShutdownClock;
+  /** A lease for a new claim (a fresh claim token). */
+  newLease(): Lease;
+  /** The end of this network's run of the agent going on in this replica, if any. */
+  joinable(networkId: string, agentId: string): Promise<RunEnd> | undefined;
+  run(request: RunRequest): Promise<RunEnd>;
+}
+
 export interface AgentStatusDeps {
   agents: AgentRepository;
   queue: DisableQueue;
   sentPauses: SentPauses;
-  runner: DisableRunner;
+  runs: RequestRuns;
   disablesInFlightPerNetwork: number;
   /** How long an enable that superseded a disable waits after its commit before it answers (claimCheckMaxAgeMs). */
   supersedeFenceMs: number;
-  /** Campaigns one read fetches (readAheadSize): the recording statement reads one more. */
-  readAhead: number;
   /** How often a request that waits for another replica's run looks again. */
   waitPollMs?: number;
   /** How long before its deadline a request stops waiting, to count what is left and answer. */
@@ -111,84 +127,51 @@ export interface AgentStatusDeps {
 
 const tracer = trace.getTracer('partner-agent-status');
 
-/** Waits until `until`, but never past the request's deadline (both on the monotonic clock). */
-function sleepUntil(until: number, deadline: number): Promise<void> {
-  const ms = Math.min(until, deadline) - performance.now();
-  return ms > 0 ? new Promise((resolve) => setTimeout(resolve, ms)) : Promise.resolve();
+function currentTraceParent(): string | null {
+  const carrier: Record<string, string> = {};
+  propagation.inject(context.active(), carrier);
+  return carrier.traceparent ?? null;
+}
+
+/** What every disable request of the use case shares. */
+interface DisableRequestSide {
+  agents: AgentRepository;
+  queue: DisableQueue;
+  stores: RunStores;
+  runs: RequestRuns;
+  clock: AnswerClock;
+  waitPollMs: number;
 }
 
 /**
- * Enables or disables one agent of the partner's network (specification sections 3 and 4;
- * docs/interfaces.md §7, §9 and §10).
- *
- * Nothing here waits on anything before the statement that checks the network: a request of
- * another network never joins, waits for or counts against this network's runs, so neither its
- * latency nor its 404 tells anything about agents elsewhere.
+ * One disable request: records the disable (or finds it recorded), then runs it, joins the run
+ * going on here, or waits for another replica's and takes it over when its holder is gone; and
+ * answers by its deadline whatever it waits on, with what it knows (its progress).
  */
-export function createAgentStatusUseCase(deps: AgentStatusDeps) {
-  const { agents, queue, runner } = deps;
-  const stores: RunStores = { agents, queue, sentPauses: deps.sentPauses };
-  const waitPollMs = deps.waitPollMs ?? 200;
-  /** How often a disable waiting to answer 202 looks at its progress. */
-  const acceptPollMs = 100;
-  const answerMarginMs = deps.answerMarginMs ?? 500;
-  /** networkId → agentId → requests of that agent holding the network's allowance. */
-  const disabling = new Map<string, Map<string, number>>();
+class DisableRequest {
+  private readonly progress: DisableProgress = { paused: 0, unpausedAtStart: undefined, flagged: false };
 
-  function reserve(networkId: string, agentId: string): () => void {
-    const local = runner.active(agentId);
-    if (local && local.networkId === networkId) return () => undefined; // joins a run: does not count
-    let agentsOfNetwork = disabling.get(networkId);
-    const holders = agentsOfNetwork?.get(agentId) ?? 0;
-    if (holders === 0 && (agentsOfNetwork?.size ?? 0) >= deps.disablesInFlightPerNetwork) {
-      throw new TooManyDisables(deps.disablesInFlightPerNetwork);
-    }
-    if (!agentsOfNetwork) {
-      agentsOfNetwork = new Map();
-      disabling.set(networkId, agentsOfNetwork);
-    }
-    const held = agentsOfNetwork;
-    held.set(agentId, holders + 1);
-    return () => {
-      const left = (held.get(agentId) ?? 1) - 1;
-      if (left > 0) held.set(agentId, left);
-      else held.delete(agentId);
-      if (held.size === 0 && disabling.get(networkId) === held) disabling.delete(networkId);
-    };
-  }
+  constructor(
+    private readonly command: SetAgentStatusCommand,
+    private readonly side: DisableRequestSide,
+  ) {}
 
-  function currentTraceParent(): string | null {
-    const carrier: Record<string, string> = {};
-    propagation.inject(context.active(), carrier);
-    return carrier.traceparent ?? null;
-  }
-
-  /** What a disable request knows while it runs, so that it can answer at any moment. */
-  interface Progress {
-    paused: number;
-    /** Active, unpaused campaigns when the disable was recorded (an estimate of what is left). */
-    unpausedAtStart: number | undefined;
-    /** Whether agent_approved = false is known to be committed. */
-    flagged: boolean;
-    /** Called when the statement has answered or the flag is set (Prefer: respond-async). */
-    changed?: () => void;
-  }
-
-  async function disable(command: SetAgentStatusCommand): Promise<number | AcceptedDisable> {
-    const { networkId, agentId } = command;
-    const release = reserve(networkId, agentId);
-    const progress: Progress = { paused: 0, unpausedAtStart: undefined, flagged: false };
-    const answer = withinDeadline(command, progress, disableSteps(command, progress));
-    // The allowance is held until the request's own run ends, even after a 202.
+  /**
+   * The count paused, or a 202's status once Prefer: respond-async allows it. `release` (the
+   * network's allowance) is called when the request's own run ends, even after a 202.
+   */
+  async answer(release: () => void): Promise<number | AcceptedDisable> {
+    const { networkId, agentId, respondAsync } = this.command;
+    const answer = this.withinDeadline(this.steps());
     void answer.then(release, release);
-    if (!command.respondAsync) return answer;
-    const accepted = acceptance(command.respondAsync, progress);
+    if (!respondAsync) return answer;
+    const accepted = this.side.clock.acceptance(respondAsync, this.progress);
     try {
       const first = await Promise.race([answer, accepted.promise]);
       if (typeof first === 'number') return first;
       // Answered 202: the rest of the run is its own business (its end is logged by the runner).
       answer.catch(() => undefined);
-      const left = Math.max(0, (progress.unpausedAtStart ?? 0) - progress.paused);
+      const left = Math.max(0, (this.progress.unpausedAtStart ?? 0) - this.progress.paused);
       return {
         accepted: { agentId, networkId, enabled: false, activeUnpausedCampaignCount: left, disableInProgress: true },
       };
@@ -198,174 +181,64 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
   }
 
   /**
-   * Resolves once a 202 may be given: the disable is recorded and its flag committed, campaigns
-   * were left to pause when it was recorded (otherwise the plain answer comes at once), and the
-   * wait the partner asked for is over. Looks at the progress a few times a second. The
-   * preference is read once the disable is recorded; without one it never resolves.
-   */
-  function acceptance(preference: () => { acceptAt: number } | undefined, progress: Progress) {
-    let timer: NodeJS.Timeout | undefined;
-    let acceptAt: number | undefined;
-    let read = false;
-    const promise = new Promise<'accepted'>((resolve) => {
-      const look = () => {
-        clearTimeout(timer);
-        const recorded = progress.unpausedAtStart !== undefined && progress.flagged;
-        if (!recorded) {
-          timer = setTimeout(look, acceptPollMs);
-          return;
-        }
-        if (!read) {
-          read = true;
-          acceptAt = preference()?.acceptAt;
-        }
-        if (acceptAt === undefined) return; // no preference after all: the plain answer comes
-        if (progress.unpausedAtStart! > 0 && performance.now() >= acceptAt) return resolve('accepted');
-        timer = setTimeout(look, Math.max(0, Math.min(acceptPollMs, acceptAt - performance.now())));
-      };
-      progress.changed = look;
-      look();
-    });
-    return {
-      promise,
-      cancel: () => {
-        clearTimeout(timer);
-        progress.changed = undefined;
-      },
-    };
-  }
-
-  /**
    * Every request is answered by its deadline, and at once when the replica starts shutting down,
    * whatever it waits on (a run, another replica, a statement that does not answer): the disable
    * is recorded by then, so the answer is a 500 with what is known, and the work goes on by itself.
    */
-  async function withinDeadline(command: SetAgentStatusCommand, progress: Progress, work: Promise<number>): Promise<number> {
-    const signal = runner.shutdownSignal;
-    let timer: NodeJS.Timeout | undefined;
-    let onAbort: (() => void) | undefined;
-    const late = new Promise<'deadline' | 'shutdown'>((resolve) => {
-      const answerBy = () => {
-        clearTimeout(timer);
-        const shutdownFirst = runner.stopTime < command.deadline;
-        const at = Math.min(command.deadline, runner.stopTime) - answerMarginMs;
-        timer = setTimeout(() => resolve(shutdownFirst ? 'shutdown' : 'deadline'), Math.max(0, at - performance.now()));
-      };
-      answerBy();
-      onAbort = answerBy;
-      if (!signal.aborted) signal.addEventListener('abort', onAbort, { once: true });
-    });
-    // The work's own end, once the answer is given, is the run's business (logged by its owner).
-    work.catch(() => undefined);
-    try {
-      const first = await Promise.race([work, late]);
-      if (typeof first === 'number') return first;
-      // The statement that records the disable has not answered yet: nothing is known to be recorded.
-      if (progress.unpausedAtStart === undefined) {
-        throw new DependencyError('postgres', 'timeout', 'disable_agent: no answer by the request deadline');
-      }
-      // Still waiting for the agent row another transaction holds: recorded, not yet flagged.
-      const kind = first === 'deadline' && !progress.flagged ? 'agent_locked' : first;
-      throw new DisableIncomplete(progress.paused, await remainingWithin(command.agentId, progress), { kind });
-    } finally {
-      clearTimeout(timer);
-      if (onAbort) signal.removeEventListener('abort', onAbort);
+  private async withinDeadline(work: Promise<number>): Promise<number> {
+    const first = await this.side.clock.race(work, this.command.deadline);
+    if (typeof first === 'number') return first;
+    // The statement that records the disable has not answered yet: nothing is known to be recorded.
+    if (this.progress.unpausedAtStart === undefined) {
+      throw new DependencyError('postgres', 'timeout', 'disable_agent: no answer by the request deadline');
     }
+    // Still waiting for the agent row another transaction holds: recorded, not yet flagged.
+    const kind = first === 'deadline' && !this.progress.flagged ? 'agent_locked' : first;
+    throw await this.incomplete({ kind });
   }
 
-  /** What is left to pause, estimated from the count the recording statement read. */
-  function estimatedRemaining(progress: Progress): number | undefined {
-    return progress.unpausedAtStart === undefined ? undefined : Math.max(0, progress.unpausedAtStart - progress.paused);
-  }
-
-  /** What is left to pause, from the database if it answers quickly, else estimated. */
-  async function remainingWithin(agentId: string, progress: Progress): Promise<number | undefined> {
-    const estimate = estimatedRemaining(progress);
-    let timer: NodeJS.Timeout | undefined;
-    const fallback = new Promise<number | undefined>((resolve) => {
-      timer = setTimeout(() => resolve(estimate), Math.max(50, answerMarginMs - 100));
-    });
-    const counted = agents.remainingCampaigns(agentId).catch(() => estimate);
-    try {
-      return await Promise.race([counted, fallback]);
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  function incomplete(end: Extract<RunEnd, { kind: 'incomplete' }>, progress: Progress): DisableIncomplete {
-    return new DisableIncomplete(progress.paused, end.remaining ?? estimatedRemaining(progress), end.cause);
-  }
-
-  /** Drives the pipeline for the claim this request holds, counting what it moves. */
-  function runHere(
-    command: SetAgentStatusCommand,
-    progress: Progress,
-    claim: { claimToken: string; flagged: boolean; firstBatch?: string[] },
-  ): Promise<RunEnd> {
-    return runner.run({
-      agentId: command.agentId,
-      networkId: command.networkId,
-      partnerName: command.partnerName,
-      stores,
-      ...claim,
-      stopAt: command.deadline,
-      onPaused: (moved) => {
-        progress.paused += moved;
-      },
-      onFlagged: () => {
-        progress.flagged = true;
-        progress.changed?.();
-      },
-    });
-  }
-
-  async function disableSteps(command: SetAgentStatusCommand, progress: Progress): Promise<number> {
-    const { networkId, agentId } = command;
-    if (command.madeAs !== undefined) {
+  private async steps(): Promise<number> {
+    const { networkId, agentId, madeAs } = this.command;
+    if (madeAs !== undefined) {
       // Recorded by an earlier holder of the idempotency key: only what a repeat does is left. The
       // flag is read, never assumed: that holder may have died before it could set it (an agent
       // row held by another transaction), and then a 202 waits until a run here sets it.
-      const status = await agents.readStatus(networkId, agentId);
+      const status = await this.side.agents.readStatus(networkId, agentId);
       if (!status) throw new AgentNotInNetwork();
-      progress.unpausedAtStart = status.activeUnpausedCampaignCount;
-      progress.flagged = !status.enabled;
-      progress.changed?.();
-      return await waitForOtherRuns(command, command.madeAs, progress);
+      this.recorded(status.activeUnpausedCampaignCount, !status.enabled);
+      return await this.waitForOtherRuns(madeAs);
     }
-    const claimToken = randomUUID();
-    const outcome = await agents.disable(
+    const lease = this.side.runs.newLease();
+    const outcome = await this.side.agents.disable(
       networkId,
       agentId,
-      { partnerName: command.partnerName, requestId: command.requestId },
-      { ...runner.lease(claimToken), traceParent: currentTraceParent() },
+      { partnerName: this.command.partnerName, requestId: this.command.requestId },
+      { ...lease, traceParent: currentTraceParent() },
       // One more than a chunk: the run then knows whether more follow without another statement.
-      deps.readAhead + 1,
-      command.conditions,
+      this.side.runs.readAhead + 1,
+      this.command.conditions,
     );
     if (!outcome) throw new AgentNotInNetwork();
     if (outcome === 'precondition_failed') throw new PreconditionFailed();
-    progress.unpausedAtStart = outcome.unpaused;
-    progress.flagged = outcome.flagged;
-    progress.changed?.();
+    this.recorded(outcome.unpaused, outcome.flagged);
     // From here on the disable is recorded: whatever fails, the answer carries the counts.
     try {
       if (outcome.claimed) {
-        const end = await runHere(command, progress, {
-          claimToken,
-          flagged: outcome.flagged,
-          firstBatch: outcome.flagged ? outcome.firstBatch : undefined,
-        });
-        if (end.kind === 'completed') return progress.paused;
-        if (end.kind === 'incomplete') throw incomplete(end, progress);
+        const firstBatch = outcome.flagged ? outcome.firstBatch : undefined;
+        const paused = this.settle(await this.runHere({ claimToken: lease.claimToken, flagged: outcome.flagged, firstBatch }));
+        if (paused !== undefined) return paused;
       }
-      return await waitForOtherRuns(command, outcome.changeId, progress);
+      return await this.waitForOtherRuns(outcome.changeId);
     } catch (error) {
-      if (error instanceof DependencyError) {
-        throw new DisableIncomplete(progress.paused, await remainingWithin(agentId, progress), { kind: 'dependency', error });
-      }
+      if (error instanceof DependencyError) throw await this.incomplete({ kind: 'dependency', error });
       throw error;
     }
+  }
+
+  private recorded(unpaused: number, flagged: boolean): void {
+    this.progress.unpausedAtStart = unpaused;
+    this.progress.flagged = flagged;
+    this.progress.changed?.();
   }
 
   /**
@@ -373,36 +246,118 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
    * it runs here; otherwise look again until the pending row is gone (finished, or superseded by
    * an enable) or free to take over (its holder died or gave up), within the request's deadline.
    */
-  async function waitForOtherRuns(command: SetAgentStatusCommand, changeId: string, progress: Progress): Promise<number> {
-    const { networkId, agentId, deadline } = command;
+  private async waitForOtherRuns(changeId: string): Promise<number> {
+    const { networkId, agentId, deadline } = this.command;
+    const { queue, runs, clock } = this.side;
     for (;;) {
-      if (await queue.enabledSince(agentId, changeId)) throw new DisableSuperseded(progress.paused);
-      const local = runner.active(agentId);
-      if (local && local.networkId === networkId) {
-        const end = await local.done;
-        if (end.kind === 'completed') return progress.paused;
-        if (end.kind === 'incomplete') throw incomplete(end, progress);
+      if (await queue.enabledSince(agentId, changeId)) throw new DisableSuperseded(this.progress.paused);
+      const local = runs.joinable(networkId, agentId);
+      if (local) {
+        const paused = this.settle(await local);
+        if (paused !== undefined) return paused;
         continue;
       }
-      const claimToken = randomUUID();
-      const state = await queue.takeOver(agentId, runner.lease(claimToken));
+      const lease = runs.newLease();
+      const state = await queue.takeOver(agentId, lease);
       if (state.claimed) {
-        const end = await runHere(command, progress, { claimToken, flagged: false });
-        if (end.kind === 'completed') return progress.paused;
-        if (end.kind === 'incomplete') throw incomplete(end, progress);
+        const paused = this.settle(await this.runHere({ claimToken: lease.claimToken, flagged: false }));
+        if (paused !== undefined) return paused;
         continue;
       }
       if (!state.pending) {
-        if (await queue.enabledSince(agentId, changeId)) throw new DisableSuperseded(progress.paused);
-        return progress.paused;
+        if (await queue.enabledSince(agentId, changeId)) throw new DisableSuperseded(this.progress.paused);
+        return this.progress.paused;
       }
-      if (Math.min(deadline, runner.stopTime) - performance.now() <= waitPollMs + answerMarginMs) {
-        throw new DisableIncomplete(progress.paused, await remainingWithin(agentId, progress), {
-          kind: runner.stopTime < deadline ? 'shutdown' : 'deadline',
-        });
-      }
-      await new Promise((resolve) => setTimeout(resolve, waitPollMs));
+      const late = clock.tooLateToWait(deadline, this.side.waitPollMs);
+      if (late) throw await this.incomplete({ kind: late });
+      await new Promise((resolve) => setTimeout(resolve, this.side.waitPollMs));
     }
+  }
+
+  /** Drives the pipeline for the claim this request holds, counting what it moves. */
+  private runHere(claim: { claimToken: string; flagged: boolean; firstBatch?: string[] }): Promise<RunEnd> {
+    const { agentId, networkId, partnerName, deadline } = this.command;
+    return this.side.runs.run({
+      agentId,
+      networkId,
+      partnerName,
+      stores: this.side.stores,
+      ...claim,
+      stopAt: deadline,
+      onPaused: (moved) => {
+        this.progress.paused += moved;
+      },
+      onFlagged: () => {
+        this.progress.flagged = true;
+        this.progress.changed?.();
+      },
+    });
+  }
+
+  /**
+   * A run's end (DisableRunner.run), as this request answers it: its count when the run completed;
+   * a DisableIncomplete when it was released; undefined when its claim was lost (superseded by an
+   * enable, or taken over): the request then looks again.
+   */
+  private settle(end: RunEnd): number | undefined {
+    if (end.kind === 'completed') return this.progress.paused;
+    if (end.kind === 'incomplete') {
+      throw new DisableIncomplete(this.progress.paused, end.remaining ?? estimatedRemaining(this.progress), end.cause);
+    }
+    return undefined;
+  }
+
+  /** The disable is recorded but not complete: what it paused, and what is left (counted if the database answers quickly). */
+  private async incomplete(cause: RunCause): Promise<DisableIncomplete> {
+    const { paused } = this.progress;
+    const remaining = await this.side.clock.remainingWithin(
+      () => this.side.agents.remainingCampaigns(this.command.agentId),
+      estimatedRemaining(this.progress),
+    );
+    return new DisableIncomplete(paused, remaining, cause);
+  }
+}
+
+/**
+ * Enables or disables one agent of the partner's network (docs/interfaces.md §7, §9 and §10), and
+ * reads its status and changes.
+ *
+ * Nothing here waits on anything before the statement that checks the network: a request of
+ * another network never joins, waits for or counts against this network's runs, so neither its
+ * latency nor its 404 tells anything about agents elsewhere.
+ */
+export function createAgentStatusUseCase(deps: AgentStatusDeps) {
+  const { agents, runs } = deps;
+  const allowance = new NetworkAllowance(deps.disablesInFlightPerNetwork);
+  const side: DisableRequestSide = {
+    agents,
+    queue: deps.queue,
+    stores: { agents, queue: deps.queue, sentPauses: deps.sentPauses },
+    runs,
+    clock: new AnswerClock(runs.shutdown, deps.answerMarginMs ?? 500),
+    waitPollMs: deps.waitPollMs ?? 200,
+  };
+
+  /** The network's allowance: a request that joins a run going on here does not count. */
+  function reserve(networkId: string, agentId: string): () => void {
+    if (runs.joinable(networkId, agentId)) return () => undefined;
+    const release = allowance.take(networkId, agentId);
+    if (!release) throw new TooManyDisables(allowance.limit);
+    return release;
+  }
+
+  async function enable(command: SetAgentStatusCommand): Promise<void> {
+    // An enable made already (madeAs) answers as it did: it is never made a second time.
+    if (command.madeAs !== undefined) return;
+    const author = { partnerName: command.partnerName, requestId: command.requestId };
+    const done = await agents.enable(command.networkId, command.agentId, author, command.conditions);
+    if (done === 'precondition_failed') throw new PreconditionFailed();
+    if (!done) throw new AgentNotInNetwork();
+    // The enable's fence (docs/interfaces.md §9): a run of the disable it superseded may have had
+    // its claim check answered just before this commit; no call starts on an answer older than
+    // claimCheckMaxAgeMs, so once that much has passed since the commit no call of that run can
+    // start any more, and only then does the enable answer.
+    if (done.supersededDisable) await sleepUntil(performance.now() + deps.supersedeFenceMs, command.deadline);
   }
 
   function setAgentStatus(command: SetAgentStatusCommand & { respondAsync?: undefined }): Promise<AgentStatus>;
@@ -414,20 +369,10 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
       try {
         let pausedCampaignCount = 0;
         if (enabled) {
-          // An enable made already (madeAs) answers as it did: it is never made a second time.
-          if (command.madeAs === undefined) {
-            const author = { partnerName: command.partnerName, requestId: command.requestId };
-            const done = await agents.enable(networkId, agentId, author, command.conditions);
-            if (done === 'precondition_failed') throw new PreconditionFailed();
-            if (!done) throw new AgentNotInNetwork();
-            // The enable's fence (docs/interfaces.md §9): a run of the disable it superseded may
-            // have had its claim check answered just before this commit; no call starts on an
-            // answer older than claimCheckMaxAgeMs, so once that much has passed since the commit
-            // no call of that run can start any more, and only then does the enable answer.
-            if (done.supersededDisable) await sleepUntil(performance.now() + deps.supersedeFenceMs, command.deadline);
-          }
+          await enable(command);
         } else {
-          const result = await disable(command);
+          const release = reserve(networkId, agentId);
+          const result = await new DisableRequest(command, side).answer(release);
           if (typeof result !== 'number') {
             span.setAttribute('disable.accepted', true);
             return result;
@@ -450,6 +395,13 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     });
   }
 
+  return { setAgentStatus, ...agentStatusReads(agents) };
+}
+
+export type AgentStatusUseCase = ReturnType<typeof createAgentStatusUseCase>;
+
+/** The reads: an agent's status, and its change rows a page at a time. */
+function agentStatusReads(agents: AgentRepository) {
   async function readAgentStatus(networkId: string, agentId: string): Promise<AgentStatusRead> {
     const status = await agents.readStatus(networkId, agentId);
     if (!status) throw new AgentNotInNetwork();
@@ -465,7 +417,5 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     return { changes: page, nextBefore: rows.length > limit ? page.at(-1)!.changeId : null };
   }
 
-  return { setAgentStatus, readAgentStatus, readStatusChanges };
+  return { readAgentStatus, readStatusChanges };
 }
-
-export type AgentStatusUseCase = ReturnType<typeof createAgentStatusUseCase>;

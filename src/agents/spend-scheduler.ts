@@ -1,3 +1,4 @@
+// The replica's spend-management slots, shared fairly between networks, agents and the worker.
 import { performance } from 'node:perf_hooks';
 import { DependencyError } from '../observability/dependency-calls.js';
 

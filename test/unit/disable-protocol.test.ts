@@ -3,59 +3,51 @@ import { performance } from 'node:perf_hooks';
 // a claim taken or joined, a run superseded, the deadline, a locked agent row, and the answer each
 // outcome becomes.
 import { describe, expect, it } from 'vitest';
-import { DisableRunner, maxBatchSize } from '../../src/agents/disable-runs.js';
-import {
-  AgentNotInNetwork,
-  createAgentStatusUseCase,
-  DisableIncomplete,
-  DisableSuperseded,
-  type SetAgentStatusCommand,
-} from '../../src/agents/set-agent-status.js';
-import { SpendScheduler } from '../../src/agents/spend-scheduler.js';
+import { createDisableProtocol } from '../../src/agents/disable-protocol.js';
+import { AgentNotInNetwork, DisableIncomplete, DisableSuperseded, type SetAgentStatusCommand } from '../../src/agents/set-agent-status.js';
+import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { inMemoryStores } from '../support/in-memory-stores.js';
 
 const networkId = '6f1c2b9e-5d4a-4e8f-9a7b-1c2d3e4f5a6b';
 
-/** The use case over in-memory statements and a fake spend management that answers after `delayMs`. */
+/**
+ * The protocol as the service composes it (src/agents/disable-protocol.ts), over in-memory
+ * statements and a fake spend management that answers after `delayMs`.
+ */
 function protocol(options: { slots?: number; delayMs?: number } = {}) {
   const stores = inMemoryStores();
   const calls: Array<{ ids: readonly string[]; at: number; recorded: boolean }> = [];
-  const scheduler = new SpendScheduler(options.slots ?? 16, 1_000);
-  const runner = new DisableRunner(
-    {
-      pauseSpending: ({ campaignIds: ids }, mayStart, owner) =>
-        scheduler.run(owner, async () => {
-          if (!(await mayStart())) return undefined;
-          calls.push({ ids, at: Date.now(), recorded: ids.every((id) => stores.recorded.has(id)) });
-          stores.statements.push('spend_call');
-          await new Promise((resolve) => setTimeout(resolve, options.delayMs ?? 0));
-          return { confirmed: [...ids] };
-        }),
-      markPausedInStore: async (ids) => ({ confirmed: [...ids] }),
-    },
-    {
-      batchSize: maxBatchSize,
-      batchesInFlight: 4,
-      leaseMs: 10_000,
-      backoff: { baseMs: 10, maxMs: 20 },
+  const { runner, useCase } = createDisableProtocol({
+    settings: {
+      breaker: {
+        consecutiveFailures: 5,
+        errorThresholdPercentage: 50,
+        volumeThreshold: 3,
+        resetTimeoutMs: 10_000,
+        rollingWindowMs: 30_000,
+      },
+      pipeline: { batchesInFlight: 4, spendManagementMaxConcurrency: options.slots ?? 16, workerCallMaxWaitMs: 1_000 },
+      worker: { pollIntervalMs: 1_000, leaseMs: 10_000, backoffBaseMs: 10, backoffMaxMs: 20, concurrency: 1, claimCheckMaxAgeMs: 1_000 },
+      disablesInFlightPerNetwork: 8,
       batchBudgetMs: 50,
-      owner: 'unit',
       flagRetryMs: 10,
-      claimCheckMaxAgeMs: 1_000,
+      waitPollMs: 10,
+      answerMarginMs: 100,
     },
-    createMetrics({ collectDefaults: false }),
-  );
-  const useCase = createAgentStatusUseCase({
-    agents: stores.agents,
-    queue: stores.queue,
-    sentPauses: stores.sentPauses,
-    runner,
-    disablesInFlightPerNetwork: 8,
-    supersedeFenceMs: 0,
-    readAhead: maxBatchSize * 4,
-    waitPollMs: 10,
-    answerMarginMs: 100,
+    owner: 'unit',
+    stores,
+    workerStores: stores,
+    pauseSpendingPeriods: async (ids) => {
+      calls.push({ ids, at: Date.now(), recorded: ids.every((id) => stores.recorded.has(id)) });
+      stores.statements.push('spend_call');
+      await new Promise((resolve) => setTimeout(resolve, options.delayMs ?? 0));
+      return { confirmed: [...ids] };
+    },
+    markPausedInCampaignState: async (ids) => ({ confirmed: [...ids] }),
+    expiredKeys: { purgeExpired: async () => 0 },
+    metrics: createMetrics({ collectDefaults: false }),
+    log: createLogger('silent'),
   });
   const command = (agentId: string, enabled: boolean, deadlineMs = 5_000): SetAgentStatusCommand & { respondAsync?: undefined } => ({
     networkId,
