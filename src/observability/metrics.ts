@@ -253,9 +253,6 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   for (const dependency of ['spend_management', 'redis', 'postgres']) metrics.campaignsNotConfirmed.inc({ dependency }, 0);
   for (const status of ['401', '403']) metrics.spendManagementAuthFailures.inc({ status }, 0);
   metrics.rateLimitStoreErrors.inc(0);
-  for (const answer of ['replayed', 'key_in_use', 'key_reused', 'key_quota', 'precondition_failed', 'accepted']) {
-    metrics.convenienceAnswers.inc({ route: 'POST /partner/agents/status', answer }, 0);
-  }
   metrics.requestsShed.inc(0);
   metrics.logLinesSuppressed.inc({ reason: 'auth_failure' }, 0);
   metrics.suspiciousRequests.inc({ reason: 'key_shaped_request_id' }, 0);

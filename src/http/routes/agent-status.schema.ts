@@ -1,8 +1,7 @@
 // The documentation of POST /partner/agents/status: its schemas, examples and texts, as the
 // OpenAPI document and the reference page show them. The handler is agent-status.ts.
 import { Type } from '@fastify/type-provider-typebox';
-import { convenienceTexts } from '../conveniences.js';
-import { bodyLimitBytes, partnerTexts, problemDetails } from '../problems.js';
+import { bodyLimitBytes, convenienceTexts, partnerTexts, problemDetails } from '../problems.js';
 import { problemResponse } from './problem-schema.js';
 
 export const agentIdPattern = '^us-east-1:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
@@ -310,7 +309,7 @@ export function setAgentStatusDocumentation() {
               extension: { pausedCampaignCount: 9000, remainingCampaignCount: 3000 },
             },
             databaseUnavailable: { summary: 'The database did not answer', kind: 'dependencyFailure', detail: problemDetails.database },
-            unexpected: { summary: 'An unexpected error', kind: 'internal', detail: 'An unexpected error occurred.' },
+            unexpected: { summary: 'An unexpected error', kind: 'internal', detail: problemDetails.unexpected },
           },
         ),
       },

@@ -1,5 +1,6 @@
 import swagger, { type FastifyDynamicSwaggerOptions } from '@fastify/swagger';
 import type { FastifyInstance } from 'fastify';
+import { partnerPath, partnerPrefix, partnerRoutes } from '../paths.js';
 
 /** An OpenAPI Example Object. */
 export interface OpenApiExample {
@@ -17,10 +18,6 @@ declare module 'fastify' {
     };
   }
 }
-
-/** The path prefix the ingress routes to the service; nothing else is partner API. */
-const partnerPathPrefix = '/partner/';
-export const openApiPath = '/partner/openapi.json';
 
 const requestIdDescription =
   'Identifies the request in our logs and in the `requestId` of a problem body. Send your own (1 to 128 characters of ' +
@@ -140,7 +137,7 @@ export async function registerOpenApi(app: FastifyInstance<any, any, any, any, a
       buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`),
     },
     transform: ({ schema, url, route }) => {
-      if (!url.startsWith(partnerPathPrefix)) return { schema: { ...schema, hide: true }, url };
+      if (!url.startsWith(`${partnerPrefix}/`)) return { schema: { ...schema, hide: true }, url };
       const examples = route.config?.openapi?.requestBodyExamples;
       if (!examples || !schema?.body) return { schema, url };
       return { schema: { ...schema, body: { ...(schema.body as object), 'x-examples': examples } }, url };
@@ -165,7 +162,7 @@ export async function registerOpenApi(app: FastifyInstance<any, any, any, any, a
   });
 
   app.get(
-    openApiPath,
+    partnerPath(partnerRoutes.openApi),
     {
       schema: {
         operationId: 'getOpenApiDocument',
