@@ -1,6 +1,6 @@
 import swagger, { type FastifyDynamicSwaggerOptions } from '@fastify/swagger';
 import type { FastifyInstance } from 'fastify';
-import { partnerPath, partnerPrefix, partnerRoutes } from '../paths.js';
+import { documentedPath, partnerPath, partnerPrefix, partnerRoutes } from '../paths.js';
 
 /** An OpenAPI Example Object. */
 export interface OpenApiExample {
@@ -42,7 +42,7 @@ Every call carries your API key in the \`x-api-key\` header; no other place (que
 
 Repeating a request is always safe. A disable of an agent that is already disabled, with nothing left to pause, answers 200 with \`pausedCampaignCount\` \`0\`.
 
-A disable the service has accepted is never lost. If it cannot pause every campaign within the request (a system holding campaign state failed, or did not confirm some campaigns, or the work takes longer than one request may), the answer is a 500 with \`pausedCampaignCount\` and \`remainingCampaignCount\`: the agent is disabled, and the service goes on pausing the remaining campaigns by itself, without any further request. \`GET /partner/agents/{agentId}/status\` shows the progress (\`disableInProgress\`, \`activeUnpausedCampaignCount\`). An enable answered after a disable was requested supersedes it: that disable stops and answers 409.
+A disable the service has accepted is never lost. If it cannot pause every campaign within the request (a system holding campaign state failed, or did not confirm some campaigns, or the work takes longer than one request may), the answer is a 500 with \`pausedCampaignCount\` and \`remainingCampaignCount\`: the agent is disabled, and the service goes on pausing the remaining campaigns by itself, without any further request. \`GET ${documentedPath(partnerRoutes.agentStatusRead)}\` shows the progress (\`disableInProgress\`, \`activeUnpausedCampaignCount\`). An enable answered after a disable was requested supersedes it: that disable stops and answers 409.
 
 Do not repeat a 4xx unchanged: fix the request first (400, 401, 404, 413, 415), or wait for \`Retry-After\` seconds (429, 503).
 
