@@ -55,7 +55,9 @@ function routeEveryMethod(app: HttpApp): void {
 
 /**
  * The whole route table, in one place: the API documents, the probes, then the partner API under
- * load shedding, authentication and the rate limit. Every other method on a path of the table is
+ * load shedding, authentication and the rate limit. The reference page and the partner API are
+ * mounted under `partnerPrefix`, their paths taken from the table of src/http/paths.ts (the OpenAPI
+ * document's own route too). Every other method on a path of the table is
  * answered 405 with Allow, derived from the routes registered here (never a list kept by hand).
  */
 export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<void> {
