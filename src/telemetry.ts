@@ -5,8 +5,8 @@
 // anyway: every other import sits inside startTracing, import-in-the-middle's loader hook included.
 // Tracing on loads only the five instrumentations the service uses (http for the server; undici for
 // the spend call; pg; ioredis; aws-sdk), never the auto-instrumentations bundle
-// (about 40 packages), and no Fastify instrumentation: its span per request (one of five per enable,
-// plus its hooks) told nothing the server span does not once the app names that span by route.
+// (dozens of packages), and no Fastify instrumentation: its span per request (and its hooks')
+// told nothing the server span does not once the app names that span by route.
 // test/integration/tracing.test.ts fails if the spans of pg, ioredis or the spend call go missing.
 //
 // What a trace may hold is decided here, in three layers:
@@ -163,10 +163,10 @@ async function startTracing(): Promise<void> {
   process.env.OTEL_METRICS_EXPORTER ??= 'none';
   process.env.OTEL_LOGS_EXPORTER ??= 'none';
   // BatchSpanProcessor, sized on purpose (sdk-node builds it from these; the SDK's defaults are
-  // queue 2048, batch 512, delay 5000 ms, export timeout 30000 ms). An enable makes about 5 spans,
-  // a disable of 100 campaigns about 12: 2048 queued spans bound the memory to a few MiB and hold
-  // a second of peak traffic; beyond it spans are dropped (and counted by the SDK), never queued
-  // without bound. A 1 s delay keeps spans in memory briefly and exports in small, steady batches;
+  // queue 2048, batch 512, delay 5000 ms, export timeout 30000 ms). An enable makes a handful of
+  // spans, a disable a few more per batch of campaigns: the queue bounds the memory spans take;
+  // beyond it spans are dropped (and counted by the SDK), never queued without bound.
+  // A 1 s delay keeps spans in memory briefly and exports in small, steady batches;
   // a 10 s export timeout stays inside SHUTDOWN_TIMEOUT_MS, so the final flush cannot hold the exit.
   process.env.OTEL_BSP_MAX_QUEUE_SIZE ??= '2048';
   process.env.OTEL_BSP_MAX_EXPORT_BATCH_SIZE ??= '512';
@@ -245,7 +245,7 @@ async function startTracing(): Promise<void> {
 
   // pg, ioredis and the AWS SDK are CommonJS and patched through require-in-the-middle. The ESM
   // loader hook is installed for their names only (on Node 24 as synchronous in-thread hooks), so
-  // it does not wrap every module of the app; without `include` it does, at ~60 MiB RSS.
+  // it does not wrap every module of the app; without `include` it does, and the process grows.
   const hooked = instrumentations.flatMap((instrumentation) => instrumentation.getModuleDefinitions().map((definition) => definition.name));
   const hooks = await import('import-in-the-middle/register-hooks.mjs');
   if (hooks.supportsSyncHooks()) hooks.register({ include: hooked });

@@ -8,26 +8,33 @@ import type { SentPauses } from '../stores/sent-pauses.js';
 import { AnswerClock, type DisableProgress, estimatedRemaining, type ShutdownClock, sleepUntil } from './answer-clock.js';
 import type { RunCause, RunEnd, RunRequest, RunStores } from './disable-run.js';
 import { NetworkAllowance } from './network-allowance.js';
+import { ChangeFailure, isFault, outcomeOf } from './outcomes.js';
 
 /** The agent does not exist in the partner's network (whether or not it exists in another one). */
-export class AgentNotInNetwork extends Error {
+export class AgentNotInNetwork extends ChangeFailure {
   override readonly name = 'AgentNotInNetwork';
+  readonly outcome = 'not_found';
+  readonly problem = 'notFound';
   constructor() {
     super('agent not found in the partner network');
   }
 }
 
 /** The network already has its allowance of disables running in this replica (docs/interfaces.md §10). */
-export class TooManyDisables extends Error {
+export class TooManyDisables extends ChangeFailure {
   override readonly name = 'TooManyDisables';
+  readonly outcome = 'limited';
+  readonly problem = 'tooManyDisables';
   constructor(readonly limit: number) {
     super(`at most ${limit} agents of one network are disabled at once`);
   }
 }
 
 /** The agent is disabled, but not every campaign is paused yet; the service goes on by itself. */
-export class DisableIncomplete extends Error {
+export class DisableIncomplete extends ChangeFailure {
   override readonly name = 'DisableIncomplete';
+  readonly outcome = 'failed';
+  readonly problem = 'dependencyFailure';
   constructor(
     readonly pausedCampaignCount: number,
     readonly remainingCampaignCount: number | undefined,
@@ -38,16 +45,20 @@ export class DisableIncomplete extends Error {
 }
 
 /** If-Match named a change that is no longer the agent's latest: nothing was changed (docs/interfaces.md §11). */
-export class PreconditionFailed extends Error {
+export class PreconditionFailed extends ChangeFailure {
   override readonly name = 'PreconditionFailed';
+  readonly outcome = 'precondition_failed';
+  readonly problem = 'preconditionFailed';
   constructor() {
     super('the agent changed since the tag given in If-Match');
   }
 }
 
 /** An enable answered after this disable was requested: its pausing stopped (docs/interfaces.md §9). */
-export class DisableSuperseded extends Error {
+export class DisableSuperseded extends ChangeFailure {
   override readonly name = 'DisableSuperseded';
+  readonly outcome = 'superseded';
+  readonly problem = 'superseded';
   constructor(readonly pausedCampaignCount: number) {
     super('disable superseded by a later enable');
   }
@@ -385,7 +396,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
         if (error instanceof DisableIncomplete || error instanceof DisableSuperseded) {
           span.setAttribute('campaigns.paused_count', error.pausedCampaignCount);
         }
-        if (!(error instanceof AgentNotInNetwork || error instanceof TooManyDisables || error instanceof PreconditionFailed)) {
+        if (isFault(outcomeOf(error))) {
           span.setStatus({ code: SpanStatusCode.ERROR, message: (error as Error).message });
         }
         throw error;

@@ -15,6 +15,7 @@ import pg from 'pg';
 import { issueKey } from '../auth/issued-key.js';
 import { loadConfig } from '../config.js';
 import { migrate } from '../db/migrate.js';
+import { partnerPath, partnerRoutes } from '../http/paths.js';
 import { createLogger } from '../observability/logger.js';
 import { Resources } from '../resources.js';
 import { createService } from '../service.js';
@@ -91,8 +92,8 @@ function printWelcome(base: string, metrics: string, demoKey: string, demo: Demo
   process.stdout.write(`
 partner-agent-status is running (development mode: embedded PostgreSQL, in-process key-value store, simulator).
 
-  API            ${base}/partner/agents/status
-  OpenAPI        ${base}/partner/openapi.json
+  API            ${base}${partnerPath(partnerRoutes.agentStatus)}
+  OpenAPI        ${base}${partnerPath(partnerRoutes.openApi)}
   Health         ${base}/livez  ${base}/readyz
   Metrics        ${metrics}/metrics
   Simulator      ${simulator}/_simulator/state
@@ -104,11 +105,11 @@ partner-agent-status is running (development mode: embedded PostgreSQL, in-proce
 
 Disable the demo agent:
 
-  curl -s -X POST ${base}/partner/agents/status -H 'content-type: application/json' -H 'x-api-key: ${demoKey}' -d '{"agentId":"${demo.agentId}","enabled":false}'
+  curl -s -X POST ${base}${partnerPath(partnerRoutes.agentStatus)} -H 'content-type: application/json' -H 'x-api-key: ${demoKey}' -d '{"agentId":"${demo.agentId}","enabled":false}'
 
 Enable it again (resumes nothing):
 
-  curl -s -X POST ${base}/partner/agents/status -H 'content-type: application/json' -H 'x-api-key: ${demoKey}' -d '{"agentId":"${demo.agentId}","enabled":true}'
+  curl -s -X POST ${base}${partnerPath(partnerRoutes.agentStatus)} -H 'content-type: application/json' -H 'x-api-key: ${demoKey}' -d '{"agentId":"${demo.agentId}","enabled":true}'
 
 Make spend management fail (then "ok" to recover):
 

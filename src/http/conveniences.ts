@@ -6,22 +6,8 @@ import type { FastifyReply, FastifyRequest, onSendAsyncHookHandler, preHandlerAs
 import { sqlstateFields } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { type IdempotencyKeys, idempotencyKeyDigest, type KeyClaim } from '../stores/idempotency-keys.js';
-import { problem, sendProblem } from './problems.js';
-
-/** What the partner reads in the answers of §11; none of it ever holds what the partner sent. */
-export const convenienceTexts = {
-  malformedKey:
-    'Idempotency-Key must be sent once, with 1 to 255 printable ASCII characters (a UUID, say), and must not be an API key. Nothing was changed.',
-  keyReused:
-    'This Idempotency-Key was used for another request (another agentId or enabled) within the last 24 hours. Use a new key for a new request.',
-  keyInUse:
-    'The first request with this Idempotency-Key is still being answered. Repeat after the number of seconds in Retry-After to get its answer.',
-  keyQuota:
-    'Your network holds as many Idempotency-Keys as it may (each is kept 24 hours). Nothing was changed. Repeat after the number of seconds in Retry-After, or send the request without a new key.',
-  preconditionFailed:
-    'The agent changed since the ETag given in If-Match (or the tag is not one this service sent). Nothing was changed or recorded; read the status again for the current ETag.',
-  historyQuery: 'limit must be a whole number from 1 to 100, and before a changeId (a whole number from 1).',
-} as const;
+import { statusChangeRouteLabel } from './paths.js';
+import { convenienceTexts, problem, sendProblem } from './problems.js';
 
 /**
  * The strong ETag naming an agent's latest change by its number among the agent's changes ("v0":
@@ -151,7 +137,7 @@ export function readIdempotencyKey(rawHeaders: readonly string[]): string | 'mal
 
 /**
  * Statuses whose answer a key keeps and replays (docs/interfaces.md §11: 200, 202, 404 and 409); after
- * any other the key is forgotten. A 404 is kept as the contract says, and takes room in the
+ * any other the key is forgotten. A 404 is kept as that section says, and takes room in the
  * network's quota like any kept key, which is what bounds keys spent on agents outside the network.
  */
 const finalStatuses = new Set([200, 202, 404, 409]);
@@ -176,7 +162,7 @@ export interface HeldKey extends KeyClaim {
  */
 export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseMs: number, isApiKey: (value: string) => boolean) {
   const held = new WeakMap<FastifyRequest, HeldKey>();
-  const answers = (answer: string) => metrics.convenienceAnswers.labels({ route: 'POST /partner/agents/status', answer });
+  const answers = (answer: string) => metrics.convenienceAnswers.labels({ route: statusChangeRouteLabel, answer });
 
   const claim: preHandlerAsyncHookHandler = async (request, reply) => {
     const key = readIdempotencyKey(request.raw.rawHeaders);

@@ -11,7 +11,8 @@ import type { LimitSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
 import { createPartnerGuard } from './partner-guard.js';
-import { problem, problemDetails, sendProblem } from './problems.js';
+import { partnerPrefix } from './paths.js';
+import { partnerTexts, problem, problemDetails, sendProblem } from './problems.js';
 import { agentStatusRoute } from './routes/agent-status.js';
 import { statusChangesRoute } from './routes/agent-status-changes.js';
 import { agentStatusReadRoute } from './routes/agent-status-read.js';
@@ -54,7 +55,9 @@ function routeEveryMethod(app: HttpApp): void {
 
 /**
  * The whole route table, in one place: the API documents, the probes, then the partner API under
- * load shedding, authentication and the rate limit. Every other method on a path of the table is
+ * load shedding, authentication and the rate limit. The reference page and the partner API are
+ * mounted under `partnerPrefix`, their paths taken from the table of src/http/paths.ts (the OpenAPI
+ * document's own route too). Every other method on a path of the table is
  * answered 405 with Allow, derived from the routes registered here (never a list kept by hand).
  */
 export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<void> {
@@ -69,45 +72,48 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
   });
 
   await registerOpenApi(app);
-  await app.register(referencePageRoutes);
+  await app.register(referencePageRoutes, { prefix: partnerPrefix });
   await app.register(healthRoutes, { isReady: deps.isReady });
 
   // The partner API proper: shed under overload (probes, metrics and the API documents never
   // are), then authentication and the rate limit before anything else of a route runs.
-  await app.register(async (partnerApi) => {
-    await partnerApi.register(underPressure, {
-      maxEventLoopDelay: deps.limits.overloadMaxEventLoopDelayMs,
-      // Utilisation of the last sample, not since the start: what the guard sheds unauthenticated requests by.
-      eventLoopUtilizationMode: 'interval',
-      exposeStatusRoute: false,
-      pressureHandler: (request, reply) => {
-        metrics.requestsShed.inc();
-        reply.code(503).type('application/problem+json').header('retry-after', '1');
-        // A value returned here is what the plugin sends (typed as void, it accepts any).
-        return problem('unavailable', problemDetails.unavailable, request.id) as never;
-      },
-    });
-    const guard = await createPartnerGuard(partnerApi, {
-      keyStore,
-      overloadMaxEventLoopDelayMs: deps.limits.overloadMaxEventLoopDelayMs,
-      overloadUnauthenticatedUtilizationPercent: deps.limits.overloadUnauthenticatedUtilizationPercent,
-      metrics,
-      rateLimitMax: deps.limits.rateLimitMax,
-      rateLimitWindowMs: deps.limits.rateLimitWindowMs,
-      redis: deps.limits.redis,
-      keyPrefix: deps.limits.keyPrefix,
-    });
-    await partnerApi.register(agentStatusRoute, {
-      agentStatus: deps.agentStatus,
-      metrics,
-      guard,
-      requestDeadlineMs: deps.limits.requestDeadlineMs,
-      idempotencyKeys: deps.idempotencyKeys,
-      isApiKey: (value) => keyStore.holdsAnywhere(value),
-    });
-    await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus, guard });
-    await partnerApi.register(statusChangesRoute, { agentStatus: deps.agentStatus, guard });
-  });
+  await app.register(
+    async (partnerApi) => {
+      await partnerApi.register(underPressure, {
+        maxEventLoopDelay: deps.limits.overloadMaxEventLoopDelayMs,
+        // Utilisation of the last sample, not since the start: what the guard sheds unauthenticated requests by.
+        eventLoopUtilizationMode: 'interval',
+        exposeStatusRoute: false,
+        pressureHandler: (request, reply) => {
+          metrics.requestsShed.inc();
+          reply.code(503).type('application/problem+json').header('retry-after', '1');
+          // A value returned here is what the plugin sends (typed as void, it accepts any).
+          return problem('unavailable', problemDetails.unavailable, request.id) as never;
+        },
+      });
+      const guard = await createPartnerGuard(partnerApi, {
+        keyStore,
+        overloadMaxEventLoopDelayMs: deps.limits.overloadMaxEventLoopDelayMs,
+        overloadUnauthenticatedUtilizationPercent: deps.limits.overloadUnauthenticatedUtilizationPercent,
+        metrics,
+        rateLimitMax: deps.limits.rateLimitMax,
+        rateLimitWindowMs: deps.limits.rateLimitWindowMs,
+        redis: deps.limits.redis,
+        keyPrefix: deps.limits.keyPrefix,
+      });
+      await partnerApi.register(agentStatusRoute, {
+        agentStatus: deps.agentStatus,
+        metrics,
+        guard,
+        requestDeadlineMs: deps.limits.requestDeadlineMs,
+        idempotencyKeys: deps.idempotencyKeys,
+        isApiKey: (value) => keyStore.holdsAnywhere(value),
+      });
+      await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus, guard });
+      await partnerApi.register(statusChangesRoute, { agentStatus: deps.agentStatus, guard });
+    },
+    { prefix: partnerPrefix },
+  );
 
   for (const [url, methods] of served) {
     const allowed = answerableMethods.filter((method) => methods.has(method));
@@ -115,7 +121,7 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
     if (others.length === 0) continue;
     const answer = (request: FastifyRequest, reply: FastifyReply) => {
       reply.header('allow', allowed.join(', '));
-      sendProblem(reply, problem('methodNotAllowed', `${request.method} is not allowed here; use ${allowed.join(' or ')}.`, request.id));
+      sendProblem(reply, problem('methodNotAllowed', partnerTexts.methodNotAllowed(request.method, allowed), request.id));
     };
     app.route({
       method: others,

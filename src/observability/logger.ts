@@ -87,8 +87,8 @@ const warnLevel = pino.levels.values.warn ?? 40;
 
 /**
  * A file descriptor (standard output), written in chunks instead of one write per line: one
- * access line per request made one system call per request, about a twelfth of the service's CPU
- * under load (measured with the benchmark's enable). Lines wait at most 250 ms (or until 8 KiB have gathered); warn and
+ * access line per request would make one system call per request, a share of the service's CPU
+ * under load that `npm run bench` shows. Lines wait at most 250 ms (or until 8 KiB have gathered); warn and
  * error lines are written at once (the hook above); pino writes what is left when the process
  * exits, close-with-grace's exit included. A SIGKILL can lose the last quarter second of info lines.
  */

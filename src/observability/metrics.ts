@@ -20,15 +20,15 @@ const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 /** What the key metrics read of the served key set (src/auth/partner-keys.ts's KeySet has this shape). */
 type ServedKeys = ReadonlyMap<string, { partner: { name: string }; expiresAt?: number; weakness?: string }>;
 
-export function createMetrics(options: { collectDefaults?: boolean } = {}) {
-  const registry = new Registry();
-  if (options.collectDefaults !== false) collectDefaultMetrics({ register: registry });
+/** The key set the key metrics read, and when it was last loaded well (set by markGoodKeyLoad). */
+interface KeyState {
+  lastGoodLoad: number | undefined;
+  served: ServedKeys;
+}
 
-  let lastGoodKeyLoad: number | undefined;
-  let servedKeys: ServedKeys = new Map();
-
-  const metrics = {
-    registry,
+/** The partner requests: their latency, the status changes and what they paused, the 401s. */
+function requestMetrics(registry: Registry) {
+  return {
     httpRequestDuration: new Histogram({
       name: 'http_request_duration_seconds',
       help: 'HTTP requests served, by method, route template and status code.',
@@ -54,6 +54,12 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       labelNames: ['reason'] as const,
       registers: [registry],
     }),
+  };
+}
+
+/** The dependencies: each call, its failures, the circuit breakers. */
+function dependencyMetrics(registry: Registry) {
+  return {
     dependencyDuration: new Histogram({
       name: 'dependency_request_duration_seconds',
       help: 'Calls to a dependency, by dependency, operation and outcome (ok, error, rejected by an open breaker).',
@@ -79,6 +85,12 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       labelNames: ['breaker', 'event'] as const,
       registers: [registry],
     }),
+  };
+}
+
+/** The partner key set: its loads, its age, the keys used, expiring and weak. */
+function keyMetrics(registry: Registry, keys: KeyState) {
+  return {
     partnerKeysLoaded: new Gauge({
       name: 'partner_keys_loaded',
       help: 'Partner API keys in the key set currently served.',
@@ -100,7 +112,7 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       help: 'Seconds since the partner key set was last loaded successfully.',
       registers: [registry],
       collect() {
-        if (lastGoodKeyLoad !== undefined) this.set((Date.now() - lastGoodKeyLoad) / 1000);
+        if (keys.lastGoodLoad !== undefined) this.set((Date.now() - keys.lastGoodLoad) / 1000);
       },
     }),
     partnerKeysLastLoadFailed: new Gauge({
@@ -123,7 +135,7 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       collect() {
         this.reset();
         const now = Date.now();
-        for (const { partner, expiresAt } of servedKeys.values()) {
+        for (const { partner, expiresAt } of keys.served.values()) {
           if (expiresAt === undefined || expiresAt - now > keyExpiryWarningMs) continue;
           this.inc({ partner: partner.name, state: now >= expiresAt ? 'expired' : 'expiring' });
         }
@@ -135,6 +147,12 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       labelNames: ['partner', 'reason'] as const,
       registers: [registry],
     }),
+  };
+}
+
+/** Readiness, and the disables that go on after their request: the queue, the write-ahead record, the worker. */
+function disableMetrics(registry: Registry) {
+  return {
     ready: new Gauge({
       name: 'service_ready',
       help: '1 while the service answers /readyz with 200, 0 otherwise.',
@@ -183,6 +201,12 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       labelNames: ['status'] as const,
       registers: [registry],
     }),
+  };
+}
+
+/** What the partner API refused, shaped or did not log: limits, conveniences, load shedding, probes. */
+function guardMetrics(registry: Registry) {
+  return {
     requestsLimited: new Counter({
       name: 'partner_requests_limited_total',
       help: 'Requests answered 429, by partner and limit (rate: requests per window; disables_in_flight: concurrent disables; idempotency_keys: the network holds its quota of Idempotency-Keys).',
@@ -217,6 +241,12 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       labelNames: ['reason'] as const,
       registers: [registry],
     }),
+  };
+}
+
+/** Leaving a PostgreSQL server that failed over. */
+function failoverMetrics(registry: Registry) {
+  return {
     postgresFailovers: new Counter({
       name: 'postgres_failovers_total',
       help: 'Times this replica left the PostgreSQL server its connections were on, by reason (read_only: a write answered 25006 or readiness found the server read-only; terminated: 57P01-57P03; connection_lost: class 08, a reset or unanswering connection). Each retires every connection opened before it, in all pools.',
@@ -228,22 +258,39 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       help: 'PostgreSQL connections closed (idle) or marked to close on release (busy) because the replica left their server.',
       registers: [registry],
     }),
-    markGoodKeyLoad(keys: ServedKeys, at = Date.now()) {
-      lastGoodKeyLoad = at;
-      metrics.partnerKeysLoaded.set(keys.size);
+  };
+}
+
+export function createMetrics(options: { collectDefaults?: boolean } = {}) {
+  const registry = new Registry();
+  if (options.collectDefaults !== false) collectDefaultMetrics({ register: registry });
+
+  const keys: KeyState = { lastGoodLoad: undefined, served: new Map() };
+
+  const metrics = {
+    registry,
+    ...requestMetrics(registry),
+    ...dependencyMetrics(registry),
+    ...keyMetrics(registry, keys),
+    ...disableMetrics(registry),
+    ...guardMetrics(registry),
+    ...failoverMetrics(registry),
+    markGoodKeyLoad(served: ServedKeys, at = Date.now()) {
+      keys.lastGoodLoad = at;
+      metrics.partnerKeysLoaded.set(served.size);
       metrics.partnerKeysLastGoodLoad.set(at / 1000);
       // Series per key name: new names start at 0, names no longer in the set go away, so the
       // label values stay bounded by the keys served.
-      const names = new Set([...keys.values()].map((entry) => entry.partner.name));
-      for (const name of new Set([...servedKeys.values()].map((entry) => entry.partner.name))) {
+      const names = new Set([...served.values()].map((entry) => entry.partner.name));
+      for (const name of new Set([...keys.served.values()].map((entry) => entry.partner.name))) {
         if (!names.has(name)) metrics.partnerRequestsAuthenticated.remove({ partner: name });
       }
       for (const partner of names) metrics.partnerRequestsAuthenticated.inc({ partner }, 0);
       metrics.partnerKeysWeak.reset();
-      for (const { partner, weakness } of keys.values()) {
+      for (const { partner, weakness } of served.values()) {
         if (weakness) metrics.partnerKeysWeak.inc({ partner: partner.name, reason: weakness });
       }
-      servedKeys = keys;
+      keys.served = served;
     },
   };
   // Known label sets start at 0, so the first event is an increase that rate() and increase() see.
@@ -253,9 +300,6 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   for (const dependency of ['spend_management', 'redis', 'postgres']) metrics.campaignsNotConfirmed.inc({ dependency }, 0);
   for (const status of ['401', '403']) metrics.spendManagementAuthFailures.inc({ status }, 0);
   metrics.rateLimitStoreErrors.inc(0);
-  for (const answer of ['replayed', 'key_in_use', 'key_reused', 'key_quota', 'precondition_failed', 'accepted']) {
-    metrics.convenienceAnswers.inc({ route: 'POST /partner/agents/status', answer }, 0);
-  }
   metrics.requestsShed.inc(0);
   metrics.logLinesSuppressed.inc({ reason: 'auth_failure' }, 0);
   metrics.suspiciousRequests.inc({ reason: 'key_shaped_request_id' }, 0);

@@ -1,8 +1,7 @@
 // The documentation of GET /partner/agents/{agentId}/status-changes: its schemas, examples and
 // texts. The handler is agent-status-changes.ts.
 import { Type } from '@fastify/type-provider-typebox';
-import { convenienceTexts } from '../conveniences.js';
-import { partnerTexts, problemDetails } from '../problems.js';
+import { convenienceTexts, partnerTexts, problemDetails } from '../problems.js';
 import { agentIdPattern, exampleAgentId, limitResponses, rateLimitHeaders } from './agent-status.schema.js';
 import { problemResponse } from './problem-schema.js';
 

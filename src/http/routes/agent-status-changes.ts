@@ -1,8 +1,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
 import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
-import { convenienceTexts } from '../conveniences.js';
-import { problem, sendProblem } from '../problems.js';
+import { partnerRoutes } from '../paths.js';
+import { convenienceTexts, problem, sendProblem } from '../problems.js';
 import { readStatusChangesDocumentation } from './agent-status-changes.schema.js';
 
 export interface StatusChangesRouteDeps {
@@ -15,7 +15,7 @@ const largestChangeId = 9223372036854775807n;
 /** GET /partner/agents/{agentId}/status-changes (docs/interfaces.md §11): the agent's change rows, a page at a time. */
 export const statusChangesRoute: FastifyPluginAsyncTypebox<StatusChangesRouteDeps> = async (app, { agentStatus, guard }) => {
   app.get(
-    '/partner/agents/:agentId/status-changes',
+    partnerRoutes.statusChanges,
     {
       onRequest: guard,
       // The query's own 400 says what limit and before must be; other validation errors as usual.

@@ -1,6 +1,7 @@
 // The documentation of GET /partner/agents/{agentId}/status: its schemas, examples and texts. The
 // handler is agent-status-read.ts.
 import { Type } from '@fastify/type-provider-typebox';
+import { documentedPath, partnerRoutes } from '../paths.js';
 import { partnerTexts, problemDetails } from '../problems.js';
 import {
   AgentStatusView,
@@ -36,8 +37,7 @@ export function readAgentStatusDocumentation() {
             etag: {
               type: 'string',
               pattern: '^"[^"]*"$',
-              description:
-                "Strong entity tag naming the agent's latest status change (opaque): it changes exactly when a status change is recorded, not when counts change. Send it as `If-Match` on `POST /partner/agents/status`.",
+              description: `Strong entity tag naming the agent's latest status change (opaque): it changes exactly when a status change is recorded, not when counts change. Send it as \`If-Match\` on \`POST ${documentedPath(partnerRoutes.agentStatus)}\`.`,
             },
             ...rateLimitHeaders,
           },

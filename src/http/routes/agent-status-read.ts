@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
 import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
 import { etagOf } from '../conveniences.js';
+import { partnerRoutes } from '../paths.js';
 import { readAgentStatusDocumentation } from './agent-status-read.schema.js';
 
 export interface AgentStatusReadRouteDeps {
@@ -12,7 +13,7 @@ export interface AgentStatusReadRouteDeps {
 /** GET /partner/agents/{agentId}/status (docs/interfaces.md §9): reads, never changes anything. */
 export const agentStatusReadRoute: FastifyPluginAsyncTypebox<AgentStatusReadRouteDeps> = async (app, { agentStatus, guard }) => {
   app.get(
-    '/partner/agents/:agentId/status',
+    partnerRoutes.agentStatusRead,
     {
       onRequest: guard,
       ...readAgentStatusDocumentation(),

@@ -1,8 +1,8 @@
 // The documentation of POST /partner/agents/status: its schemas, examples and texts, as the
 // OpenAPI document and the reference page show them. The handler is agent-status.ts.
 import { Type } from '@fastify/type-provider-typebox';
-import { convenienceTexts } from '../conveniences.js';
-import { bodyLimitBytes, partnerTexts, problemDetails } from '../problems.js';
+import { documentedPath, partnerRoutes } from '../paths.js';
+import { bodyLimitBytes, convenienceTexts, partnerTexts, problemDetails } from '../problems.js';
 import { problemResponse } from './problem-schema.js';
 
 export const agentIdPattern = '^us-east-1:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
@@ -95,8 +95,7 @@ const ConvenienceHeaders = Type.Object({
   ),
   'if-match': Type.Optional(
     Type.String({
-      description:
-        'Makes the change only if the agent has not changed since you read its status: the `ETag` of `GET /partner/agents/{agentId}/status` (strong comparison; several tags may be listed). Otherwise 412 and nothing is changed or recorded. `*` always matches an agent of your network.',
+      description: `Makes the change only if the agent has not changed since you read its status: the \`ETag\` of \`GET ${documentedPath(partnerRoutes.agentStatusRead)}\` (strong comparison; several tags may be listed). Otherwise 412 and nothing is changed or recorded. \`*\` always matches an agent of your network.`,
       examples: ['"v12"'],
     }),
   ),
@@ -143,7 +142,7 @@ const operationDescription = [
   '',
   'An agent that is not in your network gets a 404 identical to the one for an agent that does not exist at all.',
   '',
-  'A disable the service has accepted is never lost. When it cannot pause every campaign within the request (a system holding campaign state failed or did not confirm some campaigns, or the work takes longer than the request may), it answers 500 with `pausedCampaignCount` and `remainingCampaignCount`, and goes on pausing the rest by itself: `GET /partner/agents/{agentId}/status` shows the progress. Repeating the request is always safe.',
+  `A disable the service has accepted is never lost. When it cannot pause every campaign within the request (a system holding campaign state failed or did not confirm some campaigns, or the work takes longer than the request may), it answers 500 with \`pausedCampaignCount\` and \`remainingCampaignCount\`, and goes on pausing the rest by itself: \`GET ${documentedPath(partnerRoutes.agentStatusRead)}\` shows the progress. Repeating the request is always safe.`,
   '',
   'An enable answered after a disable was requested supersedes it: that disable stops pausing and answers 409.',
   '',
@@ -185,7 +184,7 @@ export function setAgentStatusDocumentation() {
           description:
             'Sent with `Prefer: respond-async`: the disable is recorded (the agent is disabled, its pending disable and change row committed) and its campaigns are being paused; the service finishes by itself. `Location` is the status endpoint that shows the progress; the body is its status at that moment.',
           headers: {
-            location: { type: 'string', description: "The agent's status endpoint, `/partner/agents/{agentId}/status`." },
+            location: { type: 'string', description: `The agent's status endpoint, \`${documentedPath(partnerRoutes.agentStatusRead)}\`.` },
             'preference-applied': { type: 'string', enum: ['respond-async'], description: 'The preference that was applied.' },
             ...rateLimitHeaders,
             ...replayedHeader,
@@ -310,7 +309,7 @@ export function setAgentStatusDocumentation() {
               extension: { pausedCampaignCount: 9000, remainingCampaignCount: 3000 },
             },
             databaseUnavailable: { summary: 'The database did not answer', kind: 'dependencyFailure', detail: problemDetails.database },
-            unexpected: { summary: 'An unexpected error', kind: 'internal', detail: 'An unexpected error occurred.' },
+            unexpected: { summary: 'An unexpected error', kind: 'internal', detail: problemDetails.unexpected },
           },
         ),
       },

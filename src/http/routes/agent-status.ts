@@ -1,11 +1,14 @@
 import { performance } from 'node:perf_hooks';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
-import { type AgentStatusUseCase, PreconditionFailed } from '../../agents/set-agent-status.js';
+import { ChangeFailure, outcomeOf } from '../../agents/outcomes.js';
+import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
 import type { Metrics } from '../../observability/metrics.js';
 import type { IdempotencyKeys } from '../../stores/idempotency-keys.js';
-import { convenienceTexts, idempotencyHooks, ifMatchChangeIds, readPrefer } from '../conveniences.js';
-import { problem, sendProblem } from '../problems.js';
+import { idempotencyHooks, ifMatchChangeIds, readPrefer } from '../conveniences.js';
+import { failureProblem } from '../error-handler.js';
+import { agentStatusUrl, partnerRoutes, statusChangeRouteLabel } from '../paths.js';
+import { sendProblem } from '../problems.js';
 import { setAgentStatusDocumentation } from './agent-status.schema.js';
 
 export interface AgentStatusRouteDeps {
@@ -28,9 +31,13 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
 ) => {
   // A claim outlives the request's deadline by a margin: only a dead replica's claim runs out.
   const keys = idempotencyHooks(idempotencyKeys, metrics, requestDeadlineMs + 5_000, isApiKey);
-  const answered = (answer: string) => metrics.convenienceAnswers.inc({ route: 'POST /partner/agents/status', answer });
+  const answered = (answer: string) => metrics.convenienceAnswers.inc({ route: statusChangeRouteLabel, answer });
+  // Known answers start at 0, so the first one is an increase that rate() and increase() see.
+  for (const answer of ['replayed', 'key_in_use', 'key_reused', 'key_quota', 'precondition_failed', 'accepted']) {
+    metrics.convenienceAnswers.inc({ route: statusChangeRouteLabel, answer }, 0);
+  }
   app.post(
-    '/partner/agents/status',
+    partnerRoutes.agentStatus,
     {
       onRequest: guard,
       preHandler: keys.claim,
@@ -75,26 +82,24 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
           request.audit.outcome = 'accepted';
           answered('accepted');
           metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: 'accepted' });
-          reply.code(202).header('location', `/partner/agents/${agentId}/status`).header('preference-applied', 'respond-async');
+          reply.code(202).header('location', agentStatusUrl(agentId)).header('preference-applied', 'respond-async');
           return result.accepted;
         }
         request.audit.outcome = 'updated';
         metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: 'updated' });
         return result;
       } catch (error) {
-        const name = (error as Error).name;
-        if (name === 'TooManyDisables') {
-          request.audit.outcome = 'limited';
+        // The outcome is the failure's own (src/agents/outcomes.ts); the error handler writes its problem.
+        const outcome = outcomeOf(error);
+        request.audit.outcome = outcome;
+        if (outcome === 'limited') {
           metrics.requestsLimited.inc({ partner: partner.name, limit: 'disables_in_flight' });
           throw error;
         }
-        if (error instanceof PreconditionFailed) {
-          request.audit.outcome = 'precondition_failed';
+        if (outcome === 'precondition_failed' && error instanceof ChangeFailure) {
           answered('precondition_failed');
-          return sendProblem(reply, problem('preconditionFailed', convenienceTexts.preconditionFailed, request.id));
+          return sendProblem(reply, failureProblem(error, request, reply));
         }
-        const outcome = name === 'AgentNotInNetwork' ? 'not_found' : name === 'DisableSuperseded' ? 'superseded' : 'failed';
-        request.audit.outcome = outcome;
         metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome });
         throw error;
       }

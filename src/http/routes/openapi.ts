@@ -1,5 +1,6 @@
 import swagger, { type FastifyDynamicSwaggerOptions } from '@fastify/swagger';
 import type { FastifyInstance } from 'fastify';
+import { documentedPath, partnerPath, partnerPrefix, partnerRoutes } from '../paths.js';
 
 /** An OpenAPI Example Object. */
 export interface OpenApiExample {
@@ -17,10 +18,6 @@ declare module 'fastify' {
     };
   }
 }
-
-/** The path prefix the ingress routes to the service; nothing else is partner API. */
-const partnerPathPrefix = '/partner/';
-export const openApiPath = '/partner/openapi.json';
 
 const requestIdDescription =
   'Identifies the request in our logs and in the `requestId` of a problem body. Send your own (1 to 128 characters of ' +
@@ -45,7 +42,7 @@ Every call carries your API key in the \`x-api-key\` header; no other place (que
 
 Repeating a request is always safe. A disable of an agent that is already disabled, with nothing left to pause, answers 200 with \`pausedCampaignCount\` \`0\`.
 
-A disable the service has accepted is never lost. If it cannot pause every campaign within the request (a system holding campaign state failed, or did not confirm some campaigns, or the work takes longer than one request may), the answer is a 500 with \`pausedCampaignCount\` and \`remainingCampaignCount\`: the agent is disabled, and the service goes on pausing the remaining campaigns by itself, without any further request. \`GET /partner/agents/{agentId}/status\` shows the progress (\`disableInProgress\`, \`activeUnpausedCampaignCount\`). An enable answered after a disable was requested supersedes it: that disable stops and answers 409.
+A disable the service has accepted is never lost. If it cannot pause every campaign within the request (a system holding campaign state failed, or did not confirm some campaigns, or the work takes longer than one request may), the answer is a 500 with \`pausedCampaignCount\` and \`remainingCampaignCount\`: the agent is disabled, and the service goes on pausing the remaining campaigns by itself, without any further request. \`GET ${documentedPath(partnerRoutes.agentStatusRead)}\` shows the progress (\`disableInProgress\`, \`activeUnpausedCampaignCount\`). An enable answered after a disable was requested supersedes it: that disable stops and answers 409.
 
 Do not repeat a 4xx unchanged: fix the request first (400, 401, 404, 413, 415), or wait for \`Retry-After\` seconds (429, 503).
 
@@ -140,7 +137,7 @@ export async function registerOpenApi(app: FastifyInstance<any, any, any, any, a
       buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`),
     },
     transform: ({ schema, url, route }) => {
-      if (!url.startsWith(partnerPathPrefix)) return { schema: { ...schema, hide: true }, url };
+      if (!url.startsWith(`${partnerPrefix}/`)) return { schema: { ...schema, hide: true }, url };
       const examples = route.config?.openapi?.requestBodyExamples;
       if (!examples || !schema?.body) return { schema, url };
       return { schema: { ...schema, body: { ...(schema.body as object), 'x-examples': examples } }, url };
@@ -165,7 +162,7 @@ export async function registerOpenApi(app: FastifyInstance<any, any, any, any, a
   });
 
   app.get(
-    openApiPath,
+    partnerPath(partnerRoutes.openApi),
     {
       schema: {
         operationId: 'getOpenApiDocument',

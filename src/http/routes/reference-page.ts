@@ -2,18 +2,20 @@ import { createHash } from 'node:crypto';
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { openApiPath } from './openapi.js';
+import { partnerPath, partnerRoutes } from '../paths.js';
 
-/** Where partners read the API: `GET /partner/docs` (it redirects to `/partner/docs/`). */
-const referencePagePath = '/partner/docs';
-const scriptPath = `${referencePagePath}/js/scalar.js`;
+/** Where partners read the API, under the partner prefix: `GET /partner/docs` redirects to `/partner/docs/`. */
+const referencePagePath = partnerRoutes.referencePage;
+/** The page's full path, as the renderer and the redirect need it (the routes are mounted under the prefix). */
+const pageUrl = partnerPath(referencePagePath);
+const scriptPath = `${pageUrl}/js/scalar.js`;
 /** The script's immutable name, `scalar.<hash of its content>.js`: the page refers to it. */
 const hashedScriptName = (hash: string) => `scalar.${hash}.js`;
 
 /** Scalar's in-browser renderer, configured so that nothing leaves the partner's browser for a third party. */
 const scalarConfiguration = {
   // The very document the service serves; the page fetches it from the same origin.
-  url: openApiPath,
+  url: partnerPath(partnerRoutes.openApi),
   pageTitle: 'Partner Agent Status API reference',
   // An empty icon: otherwise the browser asks for /favicon.ico, which is not ours to serve (a 404).
   favicon: 'data:,',
@@ -54,15 +56,15 @@ function inlineScriptHashes(html: string): string[] {
 
 /**
  * Renders the page once, through @scalar/fastify-api-reference itself in an app of its own. The
- * package inlines its 4.9 MB browser bundle into its module, which costs ~28 MiB and ~120 ms to
- * load: that is paid on the first visit to the page, not by every replica at start.
+ * package inlines its browser bundle (several megabytes) into its module, whose load costs memory
+ * and time: that is paid on the first visit to the page, not by every replica at start.
  */
 async function renderReferencePage(): Promise<ReferencePage> {
   const { default: scalar } = await import('@scalar/fastify-api-reference');
   const renderer: FastifyInstance = Fastify({ logger: false });
   try {
-    await renderer.register(scalar, { routePrefix: referencePagePath, configuration: scalarConfiguration });
-    const [page, script] = await Promise.all([renderer.inject(`${referencePagePath}/`), renderer.inject(scriptPath)]);
+    await renderer.register(scalar, { routePrefix: pageUrl, configuration: scalarConfiguration });
+    const [page, script] = await Promise.all([renderer.inject(`${pageUrl}/`), renderer.inject(scriptPath)]);
     if (page.statusCode !== 200 || script.statusCode !== 200)
       throw new Error(`the reference page did not render (${page.statusCode}, ${script.statusCode})`);
     const scriptBody = script.rawPayload;
@@ -105,7 +107,7 @@ async function renderReferencePage(): Promise<ReferencePage> {
  * `cache-control: no-store`). The page loads the script under a name that holds its content's hash,
  * served `immutable` for a year; under its plain name it is cacheable for an hour and revalidated by
  * its ETag. Either way it is gzipped once, at render, and sent compressed to every client that
- * accepts gzip: a visit costs the 4.9 MB bundle's ~1.3 MB once per browser, not per page view.
+ * accepts gzip: a visit costs the compressed bundle once per browser, not per page view.
  */
 export async function referencePageRoutes(app: FastifyInstance): Promise<void> {
   let rendered: Promise<ReferencePage> | undefined;
@@ -118,7 +120,7 @@ export async function referencePageRoutes(app: FastifyInstance): Promise<void> {
   };
   const hidden = { schema: { hide: true } };
 
-  app.get(referencePagePath, hidden, async (_request, reply) => reply.redirect(`${referencePagePath}/`, 301));
+  app.get(referencePagePath, hidden, async (_request, reply) => reply.redirect(`${pageUrl}/`, 301));
 
   app.get(`${referencePagePath}/`, hidden, async (_request, reply) => {
     const { html, contentSecurityPolicy } = await page();

@@ -1,0 +1,35 @@
+/**
+ * The outcomes of a status change, named once. Each failure of the use case carries its outcome
+ * and the kind of problem it is answered with; the route (audit log and metrics), the problem
+ * writer (src/http/problems.ts gives each kind its status and texts) and the use case's span read
+ * them from the error, never from its name. A run's own end (the worker's outcome) is classified
+ * where runs end, in disable-runs.ts.
+ */
+
+/** What became of a status change request: the audit line's `outcome`, the metrics' label. */
+export type ChangeOutcome = 'updated' | 'accepted' | 'not_found' | 'limited' | 'precondition_failed' | 'superseded' | 'failed';
+
+/** The problem kinds the use case's failures are answered with (a subset of src/http/problems.ts's). */
+export type FailureProblem = 'notFound' | 'tooManyDisables' | 'preconditionFailed' | 'superseded' | 'dependencyFailure';
+
+/** A failure the use case names: the outcome it stands for and the problem it is answered with. */
+export abstract class ChangeFailure extends Error {
+  abstract readonly outcome: ChangeOutcome;
+  abstract readonly problem: FailureProblem;
+}
+
+/**
+ * Outcomes that are answers to what the partner asked (an agent of another network, a limit, a
+ * stale tag), not faults of the service: the span does not count them as errors.
+ */
+const answers: ReadonlySet<ChangeOutcome> = new Set(['updated', 'accepted', 'not_found', 'limited', 'precondition_failed']);
+
+/** The outcome of a request that threw `error`: a failure's own, else `failed` (a dependency, or a bug). */
+export function outcomeOf(error: unknown): ChangeOutcome {
+  return error instanceof ChangeFailure ? error.outcome : 'failed';
+}
+
+/** Whether an outcome is a fault of the service (its span is marked as an error). */
+export function isFault(outcome: ChangeOutcome): boolean {
+  return !answers.has(outcome);
+}
