@@ -6,6 +6,7 @@ import type { FastifyReply, FastifyRequest, onSendAsyncHookHandler, preHandlerAs
 import { sqlstateFields } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { type IdempotencyKeys, idempotencyKeyDigest, type KeyClaim } from '../stores/idempotency-keys.js';
+import { apiVersionHeader, defaultApiVersion } from './api-versions.js';
 import { problem, sendProblem } from './problems.js';
 
 /** What the partner reads in the answers of §11; none of it ever holds what the partner sent. */
@@ -155,8 +156,11 @@ export function readIdempotencyKey(rawHeaders: readonly string[]): string | 'mal
  * network's quota like any kept key, which is what bounds keys spent on agents outside the network.
  */
 const finalStatuses = new Set([200, 202, 404, 409]);
-/** The headers a replay restores besides the status and body. */
-const replayedHeaders = ['content-type', 'location', 'preference-applied'] as const;
+/**
+ * The headers a replay restores besides the status and body. The API version among them: a replay
+ * answers in the version of the first request, whatever version the repeat names.
+ */
+const replayedHeaders = ['content-type', 'location', 'preference-applied', apiVersionHeader] as const;
 
 export interface HeldKey extends KeyClaim {
   /** The change a dead earlier holder of the key made already, if any. */
@@ -196,7 +200,9 @@ export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseM
       case 'replay': {
         answers('replayed').inc();
         request.audit.outcome = 'replayed';
-        reply.code(outcome.answer.status).headers(outcome.answer.headers).header('idempotent-replayed', 'true');
+        // An answer kept before versions existed was given in the default version.
+        const headers = { [apiVersionHeader]: defaultApiVersion, ...outcome.answer.headers };
+        reply.code(outcome.answer.status).headers(headers).header('idempotent-replayed', 'true');
         return reply.send(outcome.answer.body);
       }
       case 'in_use':

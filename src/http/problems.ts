@@ -20,6 +20,7 @@ export interface Problem {
 
 export const problemTypes = {
   validation: { status: 400, title: 'Invalid request' },
+  unsupportedApiVersion: { status: 400, title: 'Unsupported API version' },
   unauthorized: { status: 401, title: 'Missing or unknown API key' },
   notFound: { status: 404, title: 'Not found' },
   methodNotAllowed: { status: 405, title: 'Method not allowed' },
@@ -135,6 +136,25 @@ function validationDetail(error: FastifyError, request: FastifyRequest): string 
   }
 }
 
+/** The one log line of a disable that did not finish by its answer, whatever the answer (500, or 202 in later API versions). */
+export function logIncompleteDisable(request: FastifyRequest, error: DisableIncomplete): void {
+  const cause = error.runCause;
+  request.log.error(
+    {
+      ...(cause.kind === 'dependency'
+        ? cause.error.logFields
+        : cause.kind === 'not_confirmed'
+          ? { dependency: cause.dependency, reason: 'not_confirmed' }
+          : cause.kind === 'agent_locked'
+            ? { dependency: 'postgres', reason: 'agent_locked' }
+            : { reason: cause.kind }),
+      pausedCampaignCount: error.pausedCampaignCount,
+      remainingCampaignCount: error.remainingCampaignCount,
+    },
+    'dependency failure',
+  );
+}
+
 /** A problem for a domain error, or undefined when the error is not one of the domain's. */
 function domainProblem(error: unknown, request: FastifyRequest, reply: FastifyReply): Problem | undefined {
   const id = request.id;
@@ -147,21 +167,8 @@ function domainProblem(error: unknown, request: FastifyRequest, reply: FastifyRe
     return problem('superseded', problemDetails.superseded, id, { pausedCampaignCount: error.pausedCampaignCount });
   }
   if (error instanceof DisableIncomplete) {
+    logIncompleteDisable(request, error);
     const cause = error.runCause;
-    request.log.error(
-      {
-        ...(cause.kind === 'dependency'
-          ? cause.error.logFields
-          : cause.kind === 'not_confirmed'
-            ? { dependency: cause.dependency, reason: 'not_confirmed' }
-            : cause.kind === 'agent_locked'
-              ? { dependency: 'postgres', reason: 'agent_locked' }
-              : { reason: cause.kind }),
-        pausedCampaignCount: error.pausedCampaignCount,
-        remainingCampaignCount: error.remainingCampaignCount,
-      },
-      'dependency failure',
-    );
     const detail =
       cause.kind === 'deadline' || cause.kind === 'shutdown'
         ? problemDetails.deadline
