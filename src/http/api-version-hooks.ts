@@ -17,7 +17,7 @@ import {
 import { problem, sendProblem } from './problems.js';
 
 /** The version a request is answered in (resolved by the partner guard; the default before it ran). */
-export function versionOf(request: FastifyRequest): ApiVersion {
+function versionOf(request: FastifyRequest): ApiVersion {
   const version = request.audit?.apiVersion;
   return isApiVersion(version) ? version : defaultApiVersion;
 }
