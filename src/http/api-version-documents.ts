@@ -19,7 +19,15 @@ type Json = any;
 
 const operationMethods = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const;
 
-const unsupportedType = problem('unsupportedApiVersion', '', '').type;
+/** The example of the 400 for an unsupported version, as the service sends it. */
+const unsupportedVersion = Object.assign(
+  problem(
+    'unsupportedApiVersion',
+    `Partner-Api-Version must name one of the supported versions exactly (YYYY-MM-DD): ${apiVersionTable.map((row) => row.version).join(', ')}. Nothing was changed.`,
+    '5b0e8c1d-2f47-4a36-9e1b-7d3c6a9f0e42',
+  ),
+  { supportedVersions: apiVersionTable.map((row) => row.version) },
+);
 
 const day = (epochMs: number) => new Date(epochMs).toISOString().slice(0, 10);
 
@@ -120,7 +128,10 @@ export function documentOfVersion(generated: Json, version: ApiVersion, deprecat
       }
       const invalid = operation.responses?.['400'];
       if (invalid && !('$ref' in invalid)) {
-        invalid.description += ` Or \`Partner-Api-Version\` (or the version your key is pinned to) is not a supported version: \`${unsupportedType}\` (Unsupported API version), with \`supportedVersions\`; this 400 comes after the 401 and the 429, and carries no \`Partner-Api-Version\`.`;
+        invalid.description += ` Or \`Partner-Api-Version\` (or the version your key is pinned to) is not a supported version: \`${unsupportedVersion.type}\` (${unsupportedVersion.title}), with \`supportedVersions\`; this 400 comes after the 401 and the 429, and carries no \`Partner-Api-Version\`.`;
+        const examples = invalid.content?.['application/problem+json']?.examples;
+        if (examples)
+          examples.unsupportedApiVersion = { summary: 'Partner-Api-Version names no supported version', value: unsupportedVersion };
       }
       describeChanges(version, operation);
     }
