@@ -7,6 +7,8 @@ export class ConfigError extends Error {
   override readonly name = 'ConfigError';
 }
 
+import { type Deprecations, InvalidDeprecationsError, parseDeprecations } from './api-versions.js';
+
 /**
  * DATABASE_POOLER (docs/interfaces.md §2, §13): `none`, the service talks to PostgreSQL itself;
  * `transaction`, a pooler in transaction mode (PgBouncer) sits between, and two statements of one
@@ -53,6 +55,8 @@ export interface Config {
   pipeline: PipelineSettings;
   worker: WorkerSettings;
   secretsManager: SecretsManagerSettings;
+  /** API_VERSION_DEPRECATIONS: which API versions are deprecated, when they sunset, where partners read about it. */
+  apiVersionDeprecations: Deprecations;
 }
 
 /**
@@ -227,6 +231,16 @@ function url(env: Env, name: string, protocols: string[]): string {
   return value;
 }
 
+/** API_VERSION_DEPRECATIONS (docs/interfaces.md §15), refused at start when any entry is wrong. */
+function apiVersionDeprecations(env: Env): Deprecations {
+  try {
+    return parseDeprecations(env.API_VERSION_DEPRECATIONS);
+  } catch (error) {
+    if (error instanceof InvalidDeprecationsError) throw new ConfigError(`API_VERSION_DEPRECATIONS ${error.message}`);
+    throw error;
+  }
+}
+
 /**
  * How much longer than the server's statement_timeout the client waits for an answer: a slow
  * statement still ends with the server's clean 57014, only a connection that stopped answering
@@ -327,5 +341,6 @@ function readConfig(env: Env): Config {
       requestTimeoutMs: integer(env, 'SECRETS_MANAGER_REQUEST_TIMEOUT_MS', 5_000, 100, 60_000),
       maxAttempts: integer(env, 'SECRETS_MANAGER_MAX_ATTEMPTS', 3, 1, 10),
     },
+    apiVersionDeprecations: apiVersionDeprecations(env),
   };
 }

@@ -117,6 +117,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     idempotencyKeys,
     isReady: readiness.isReady,
     limits: { ...config.limits, redis: rateLimitRedis, keyPrefix: config.redisKeyPrefix },
+    apiVersionDeprecations: config.apiVersionDeprecations,
   });
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
   worker.start();

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
+import { apiVersionNames, isApiVersion } from '../api-versions.js';
 import { isIssuedKey } from './issued-key.js';
 import { fingerprintKey, KeyFinder, type KeyFingerprint, registerKeyFinder } from './key-finder.js';
 
@@ -7,6 +8,8 @@ import { fingerprintKey, KeyFinder, type KeyFingerprint, registerKeyFinder } fro
 export interface Partner {
   networkId: string;
   name: string;
+  /** The API version the key is pinned to (docs/interfaces.md §15): a request naming none gets it. */
+  apiVersion?: string;
 }
 
 /**
@@ -63,7 +66,7 @@ export function entryDigest(entryName: string): string {
 
 /**
  * Parses the secret's JSON, `{"partner-keys": {"<API_KEY>" | "sha256:<hex>": {"networkId", "name",
- * "expiresAt"?}}}`. Any bad entry makes the whole set invalid, so a half-broken rotation never
+ * "expiresAt"?, "apiVersion"?}}}`. Any bad entry makes the whole set invalid, so a half-broken rotation never
  * silently drops partners. Error messages name entries by position and partner label, never by key.
  */
 export function parseKeySet(text: string): KeySet {
@@ -91,7 +94,7 @@ export function parseKeySet(text: string): KeySet {
       throw new InvalidKeySetError(`${where}: key must be 16 to 512 printable characters without spaces`);
     }
     if (!isObject(record)) throw new InvalidKeySetError(`${where}: record must be an object`);
-    const { networkId, name, expiresAt } = record;
+    const { networkId, name, expiresAt, apiVersion } = record;
     if (typeof networkId !== 'string' || !uuidPattern.test(networkId)) {
       throw new InvalidKeySetError(`${where}: networkId must be a UUID`);
     }
@@ -102,9 +105,15 @@ export function parseKeySet(text: string): KeySet {
     if (expiresAt !== undefined && expiry === undefined) {
       throw new InvalidKeySetError(`${where}: expiresAt must be an RFC 3339 date-time with an offset, such as 2027-01-31T00:00:00Z`);
     }
+    if (apiVersion !== undefined && !isApiVersion(apiVersion)) {
+      throw new InvalidKeySetError(`${where}: apiVersion must be one of the API versions (${apiVersionNames.join(', ')})`);
+    }
     const digest = entryDigest(entryName);
     if (keys.has(digest)) throw new InvalidKeySetError(`${where}: the same key is in the set twice (raw and hashed)`);
-    const entry: KeyEntry = { partner: { networkId: networkId.toLowerCase(), name }, stored };
+    const entry: KeyEntry = {
+      partner: { networkId: networkId.toLowerCase(), name, ...(apiVersion === undefined ? {} : { apiVersion }) },
+      stored,
+    };
     if (expiry !== undefined) entry.expiresAt = expiry;
     if (stored === 'raw' && entryName.length < 32) entry.weakness = 'short';
     else if (stored === 'raw' && !isIssuedKey(entryName)) entry.weakness = 'unformatted';

@@ -17,7 +17,7 @@ declare module 'fastify' {
   interface FastifyRequest {
     partner: Partner | undefined;
     /** What the request did, for its one log line (never the key). */
-    audit: { partner?: string; agentId?: string; enabled?: boolean; outcome?: string };
+    audit: { partner?: string; apiVersion?: string; agentId?: string; enabled?: boolean; outcome?: string };
   }
 }
 

@@ -3,6 +3,7 @@
 // change (claimed before the handler runs, its answer kept or forgotten when the answer is sent).
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest, onSendAsyncHookHandler, preHandlerAsyncHookHandler } from 'fastify';
+import { apiVersionHeader, defaultApiVersion } from '../api-versions.js';
 import { sqlstateFields } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { type IdempotencyKeys, idempotencyKeyDigest, type KeyClaim } from '../stores/idempotency-keys.js';
@@ -141,8 +142,11 @@ export function readIdempotencyKey(rawHeaders: readonly string[]): string | 'mal
  * network's quota like any kept key, which is what bounds keys spent on agents outside the network.
  */
 const finalStatuses = new Set([200, 202, 404, 409]);
-/** The headers a replay restores besides the status and body. */
-const replayedHeaders = ['content-type', 'location', 'preference-applied'] as const;
+/**
+ * The headers a replay restores besides the status and body. The API version among them: a replay
+ * answers in the version of the first request, whatever version the repeat names.
+ */
+const replayedHeaders = ['content-type', 'location', 'preference-applied', apiVersionHeader] as const;
 
 export interface HeldKey extends KeyClaim {
   /** The change a dead earlier holder of the key made already, if any. */
@@ -182,7 +186,9 @@ export function idempotencyHooks(keys: IdempotencyKeys, metrics: Metrics, leaseM
       case 'replay': {
         answers('replayed').inc();
         request.audit.outcome = 'replayed';
-        reply.code(outcome.answer.status).headers(outcome.answer.headers).header('idempotent-replayed', 'true');
+        // An answer kept before versions existed was given in the default version.
+        const headers = { [apiVersionHeader]: defaultApiVersion, ...outcome.answer.headers };
+        reply.code(outcome.answer.status).headers(headers).header('idempotent-replayed', 'true');
         return reply.send(outcome.answer.body);
       }
       case 'in_use':

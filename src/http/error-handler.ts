@@ -42,8 +42,8 @@ function validationDetail(error: FastifyError, request: FastifyRequest): string 
   }
 }
 
-/** The one log line of a disable that did not finish by its answer. */
-function logIncompleteDisable(request: FastifyRequest, error: DisableIncomplete): void {
+/** The one log line of a disable that did not finish by its answer, whatever the answer (500, or 202 in later API versions). */
+export function logIncompleteDisable(request: FastifyRequest, error: DisableIncomplete): void {
   const cause = error.runCause;
   request.log.error(
     {

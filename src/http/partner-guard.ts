@@ -3,9 +3,11 @@ import rateLimit from '@fastify/rate-limit';
 import { context, ROOT_CONTEXT, trace } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
 import type { Cluster, Redis } from 'ioredis';
+import type { Deprecations } from '../api-versions.js';
 import type { PartnerKeyStore } from '../auth/partner-keys.js';
 import { redisFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
+import { apiVersionHooks } from './api-version-hooks.js';
 import { partnerTexts, problem, problemDetails, sendProblem } from './problems.js';
 
 export interface GuardSettings {
@@ -19,6 +21,8 @@ export interface GuardSettings {
   rateLimitWindowMs: number;
   redis: Redis | Cluster | undefined;
   keyPrefix: string;
+  /** API_VERSION_DEPRECATIONS (src/http/api-versions.ts). */
+  apiVersionDeprecations: Deprecations;
 }
 
 /**
@@ -31,6 +35,8 @@ export interface GuardSettings {
  *    with Retry-After; every answer carries the IETF draft's RateLimit-Policy and RateLimit fields.
  *    When Redis cannot be asked, the limit fails open: counted and logged, never a 500.
  * RATE_LIMIT_MAX=0 turns the limit off entirely (the plugin would read 0 as "refuse everything").
+ * The API version is resolved right after authentication (the key may pin one) and an unknown or
+ * sunset one refused after the rate limit (src/http/api-versions.ts).
  *
  * Requests without a valid key are shed first (docs/interfaces.md §10): for 10 s after a flood of
  * them (100 a second or more) found the process busy
@@ -116,7 +122,8 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
     request.audit.partner = partner.name;
     trace.getActiveSpan()?.setAttributes({ 'partner.name': partner.name, 'network.id': partner.networkId });
   }
-  if (settings.rateLimitMax === 0 || !settings.redis) return [authenticate];
+  const versions = apiVersionHooks(app, settings.apiVersionDeprecations, metrics);
+  if (settings.rateLimitMax === 0 || !settings.redis) return [authenticate, versions.resolve, versions.refuseUnsupported];
 
   await app.register(rateLimit, {
     global: false,
@@ -170,5 +177,5 @@ export async function createPartnerGuard(app: FastifyInstance, settings: GuardSe
     request.audit.outcome = 'limited';
     return sendProblem(reply, problem('rateLimited', problemDetails.rateLimited, request.id));
   }
-  return [authenticate, limitRate];
+  return [authenticate, versions.resolve, limitRate, versions.refuseUnsupported];
 }

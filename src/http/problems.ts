@@ -22,6 +22,7 @@ export interface Problem {
 
 export const problemTypes = {
   validation: { status: 400, title: 'Invalid request' },
+  unsupportedApiVersion: { status: 400, title: 'Unsupported API version' },
   unauthorized: { status: 401, title: 'Missing or unknown API key' },
   notFound: { status: 404, title: 'Not found' },
   methodNotAllowed: { status: 405, title: 'Method not allowed' },

@@ -6,6 +6,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerDefault } 
 import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
+import type { Deprecations } from '../api-versions.js';
 import type { PartnerKeyStore } from '../auth/partner-keys.js';
 import type { LimitSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -33,6 +34,8 @@ export interface RouteDeps {
   isReady: () => Promise<boolean>;
   /** redis: the rate limit's client, absent when the limit is off (RATE_LIMIT_MAX=0). */
   limits: LimitSettings & { redis: Redis | Cluster | undefined; keyPrefix: string };
+  /** API_VERSION_DEPRECATIONS; none when absent. */
+  apiVersionDeprecations?: Deprecations;
 }
 
 // Through require for the same reason as in malformed-http.ts (no ES facade of node:http).
@@ -71,7 +74,7 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
     served.set(route.url, methods);
   });
 
-  await registerOpenApi(app);
+  await registerOpenApi(app, deps.apiVersionDeprecations ?? new Map());
   await app.register(referencePageRoutes, { prefix: partnerPrefix });
   await app.register(healthRoutes, { isReady: deps.isReady });
 
@@ -100,6 +103,7 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
         rateLimitWindowMs: deps.limits.rateLimitWindowMs,
         redis: deps.limits.redis,
         keyPrefix: deps.limits.keyPrefix,
+        apiVersionDeprecations: deps.apiVersionDeprecations ?? new Map(),
       });
       await partnerApi.register(agentStatusRoute, {
         agentStatus: deps.agentStatus,

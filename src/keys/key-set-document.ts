@@ -43,6 +43,8 @@ export interface NewEntry {
   networkId: string;
   name: string;
   expiresAt?: string;
+  /** The API version the key is pinned to (docs/interfaces.md §15). */
+  apiVersion?: string;
 }
 
 /** Checks a new entry's fields the way the service will, before anything is read or written. */
@@ -59,6 +61,7 @@ export function checkNewEntry(fields: { networkId: string; name: string }): void
 export function withEntry(document: KeySetDocument, entry: NewEntry): string {
   const record: Record<string, string> = { networkId: entry.networkId.toLowerCase(), name: entry.name };
   if (entry.expiresAt !== undefined) record.expiresAt = entry.expiresAt;
+  if (entry.apiVersion !== undefined) record.apiVersion = entry.apiVersion;
   const json = { ...document.json, 'partner-keys': { ...document.json['partner-keys'], [entry.entryName]: record } };
   return serialize(json);
 }
@@ -112,6 +115,7 @@ export function describeEntries(keys: KeySet, now = Date.now()): string[][] {
     entry.partner.networkId,
     entry.expiresAt === undefined ? 'never' : `${rfc3339Utc(entry.expiresAt)}${entry.expiresAt <= now ? ' (expired)' : ''}`,
     entry.stored === 'hashed' ? 'hashed' : `raw${entry.weakness ? ` (${entry.weakness})` : ''}`,
+    entry.partner.apiVersion ?? 'default',
   ]);
 }
 

@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { apiVersionNames, isApiVersion } from '../api-versions.js';
 import { isIssuedKey, issueKey, keyShapedStrings } from '../auth/issued-key.js';
 import { fingerprintOf, hashKey, InvalidKeySetError, parseExpiry } from '../auth/partner-keys.js';
 import {
@@ -16,9 +17,10 @@ import { keySetSecret } from './key-set-secret.js';
 import type { KeySetStorage } from './key-set-storage.js';
 
 const usage = `usage: npm run keys -- <command> (--file <path> | --secret-id <name or ARN>) [options]
-  issue  --network <uuid> --name <label> [--expires-at <RFC 3339>] [--raw]
-         adds a new key (stored as its SHA-256 unless --raw) and prints it once, on stdout
-  list   prints fingerprint, name, network, expiry and storage of every key; never a key
+  issue  --network <uuid> --name <label> [--expires-at <RFC 3339>] [--api-version <YYYY-MM-DD>] [--raw]
+         adds a new key (stored as its SHA-256 unless --raw) and prints it once, on stdout;
+         --api-version pins the key's requests that name no Partner-Api-Version to that version
+  list   prints fingerprint, name, network, expiry, storage and API version of every key; never a key
   revoke --fingerprint <hex> | --name <label>
          removes the key whose SHA-256 starts with these hex digits (list shows the first 12);
          --name only while one key has that name (several keys may share one during a rotation)
@@ -26,7 +28,12 @@ const usage = `usage: npm run keys -- <command> (--file <path> | --secret-id <na
   check  (no key source) reads text on stdin, e.g. a secret scanner's finding, and prints the
          fingerprint of each pas_ key in it and whether its checksum is right; exit 1 if none is`;
 
-const commandOptions = { issue: ['network', 'name', 'expires-at', 'raw'], list: [], revoke: ['fingerprint', 'name'], check: [] } as const;
+const commandOptions = {
+  issue: ['network', 'name', 'expires-at', 'api-version', 'raw'],
+  list: [],
+  revoke: ['fingerprint', 'name'],
+  check: [],
+} as const;
 type Command = keyof typeof commandOptions;
 
 export interface ToolStreams {
@@ -67,7 +74,9 @@ export async function runKeysTool(argv: string[], output: ToolStreams): Promise<
   }
 }
 
-type Values = Partial<Record<'file' | 'secret-id' | 'network' | 'name' | 'expires-at' | 'fingerprint', string>> & { raw?: boolean };
+type Values = Partial<Record<'file' | 'secret-id' | 'network' | 'name' | 'expires-at' | 'api-version' | 'fingerprint', string>> & {
+  raw?: boolean;
+};
 
 function parseCommand(argv: string[]): { command: Command; values: Values } {
   let parsed: ReturnType<typeof parseWithNode>;
@@ -108,6 +117,7 @@ function parseWithNode(argv: string[]) {
       network: { type: 'string' },
       name: { type: 'string' },
       'expires-at': { type: 'string' },
+      'api-version': { type: 'string' },
       raw: { type: 'boolean' },
       fingerprint: { type: 'string' },
     },
@@ -127,7 +137,7 @@ function whenInUse(storage: KeySetStorage): string {
 
 async function list(storage: KeySetStorage, output: ToolStreams) {
   const { keys } = readKeySetDocument(await storage.read(), storage.where);
-  const rows = [['FINGERPRINT', 'NAME', 'NETWORK', 'EXPIRES', 'STORED'], ...describeEntries(keys)];
+  const rows = [['FINGERPRINT', 'NAME', 'NETWORK', 'EXPIRES', 'STORED', 'API VERSION'], ...describeEntries(keys)];
   const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)));
   output.stdout(
     rows
@@ -152,6 +162,10 @@ async function issue(storage: KeySetStorage, values: Values, output: ToolStreams
     if (expiry <= Date.now()) throw new KeysToolError(`--expires-at ${values['expires-at']} is not in the future`);
     expiresAt = rfc3339Utc(expiry);
   }
+  const apiVersion = values['api-version'];
+  if (apiVersion !== undefined && !isApiVersion(apiVersion)) {
+    throw new KeysToolError(`--api-version must be one of the API versions: ${apiVersionNames.join(', ')}`);
+  }
   const key = issueKey();
   const digest = hashKey(key);
   const entryName = raw ? key : `sha256:${digest}`;
@@ -159,14 +173,14 @@ async function issue(storage: KeySetStorage, values: Values, output: ToolStreams
   const { version } = await storage.update((current) => {
     const document = readKeySetDocument(current, storage.where);
     namesake = [...document.keys.values()].filter((entry) => entry.partner.name === name).length;
-    return withEntry(document, { entryName, networkId, name, ...(expiresAt ? { expiresAt } : {}) });
+    return withEntry(document, { entryName, networkId, name, ...(expiresAt ? { expiresAt } : {}), ...(apiVersion ? { apiVersion } : {}) });
   });
   // A rotation: the old key stays until revoked, by the fingerprint "list" shows.
   const rotation = namesake > 0 ? ` ${namesake + 1} keys are now named "${name}"; revoke the old one with --fingerprint.` : '';
   output.stdout(`${key}\n`);
   output.stderr(
     `issued "${name}" (fingerprint ${fingerprintOf(digest)}) for network ${networkId.toLowerCase()}, ` +
-      `${expiresAt ? `expiring ${expiresAt}` : 'with no expiry'}, stored ${raw ? 'raw' : 'hashed'} in ${storage.where}` +
+      `${expiresAt ? `expiring ${expiresAt}` : 'with no expiry'}, ${apiVersion ? `pinned to API version ${apiVersion}` : 'on the default API version'}, stored ${raw ? 'raw' : 'hashed'} in ${storage.where}` +
       `${version ? ` (version ${version})` : ''}; ${whenInUse(storage)}. The key above is shown this once.${rotation}\n`,
   );
 }

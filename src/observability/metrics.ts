@@ -127,6 +127,12 @@ function keyMetrics(registry: Registry, keys: KeyState) {
       labelNames: ['partner'] as const,
       registers: [registry],
     }),
+    apiVersionAnswers: new Counter({
+      name: 'partner_api_version_answers_total',
+      help: 'Answers after authentication, by key name (partner) and the API version they were given in (api_version: a version of the table, or unsupported for the 400 of an unknown or sunset one): shows who still uses a deprecated version.',
+      labelNames: ['partner', 'api_version'] as const,
+      registers: [registry],
+    }),
     partnerKeysExpiringSoon: new Gauge({
       name: 'partner_keys_expiring_soon',
       help: 'Keys in the served set that expire within 14 days (state expiring) or have expired and are refused (state expired), by name (partner).',

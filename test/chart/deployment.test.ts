@@ -151,6 +151,21 @@ describe('termination', () => {
   });
 });
 
+describe('API version deprecations (API_VERSION_DEPRECATIONS)', () => {
+  const deprecations = {
+    '2026-11-21': { deprecatedAt: '2027-01-01T00:00:00Z', sunsetAt: '2028-01-01T00:00:00Z', link: 'https://partners.example.com/guide' },
+  };
+
+  it('are not set by default: no version is deprecated', () => {
+    expect(envConfigMap().API_VERSION_DEPRECATIONS).toBeUndefined();
+  });
+
+  it('reach the service as the JSON it reads, unchanged', () => {
+    const env = envConfigMap({ setJson: [`config.apiVersionDeprecations=${JSON.stringify(deprecations)}`] });
+    expect(JSON.parse(env.API_VERSION_DEPRECATIONS ?? 'null')).toEqual(deprecations);
+  });
+});
+
 describe('rollout', () => {
   it('never lowers capacity during a rolling update and keeps its history bounded', () => {
     const spec = deployment().spec;

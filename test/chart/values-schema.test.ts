@@ -109,6 +109,16 @@ const rejections: Array<[string, Rejection]> = [
     { options: { set: ['replicas=3'] }, override: { replicas: 3 }, path: [], keyword: 'additionalProperties', property: 'replicas' },
   ],
   [
+    'an API version deprecation without its link',
+    {
+      options: { setJson: ['config.apiVersionDeprecations={"2026-11-21":{"deprecatedAt":"2027-01-01T00:00:00Z","until":"x"}}'] },
+      override: { config: { apiVersionDeprecations: { '2026-11-21': { deprecatedAt: '2027-01-01T00:00:00Z', until: 'x' } } } },
+      path: ['config', 'apiVersionDeprecations', '2026-11-21'],
+      keyword: 'additionalProperties',
+      property: 'until',
+    },
+  ],
+  [
     'an unknown nested key, such as an attempt to move a probe path',
     {
       options: { set: ['probes.liveness.path=/healthz'] },
@@ -350,6 +360,18 @@ describe.each(helms)('%s refuses at render time what a JSON schema cannot expres
     expect(refused({ set: ['autoscaling.enabled=true', 'autoscaling.minReplicas=5', 'autoscaling.maxReplicas=3'] })).toMatch(
       /minReplicas must not exceed/,
     );
+  });
+
+  it('an API version whose sunset is before its deprecation', () => {
+    const deprecation = (sunsetAt: string) =>
+      `config.apiVersionDeprecations={"2026-11-21":{"deprecatedAt":"2027-06-01T00:00:00Z","sunsetAt":"${sunsetAt}","link":"https://e.example/v"}}`;
+    expect(refused({ setJson: [deprecation('2027-05-31T23:59:59Z')] })).toMatch(
+      /config.apiVersionDeprecations.2026-11-21: sunsetAt \(2027-05-31T23:59:59Z\) must not be before deprecatedAt \(2027-06-01T00:00:00Z\)/,
+    );
+    renders({ setJson: [deprecation('2027-06-01T00:00:00Z')] });
+    renders({
+      setJson: ['config.apiVersionDeprecations={"2026-11-21":{"deprecatedAt":"2027-06-01T00:00:00+02:00","link":"https://e.example/v"}}'],
+    });
   });
 
   it('a worker backoff whose first delay exceeds its cap', () => {

@@ -58,16 +58,6 @@ function get(path: string, key = keyA, service = svc) {
   return service.app.inject({ method: 'GET', url: path, headers: { 'x-api-key': key } });
 }
 
-async function changeCount(agentId: string): Promise<number> {
-  const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM agent_status_changes WHERE agent_id = $1', [agentId]);
-  return rows[0].n;
-}
-
-async function pendingRow(agentId: string): Promise<boolean> {
-  const { rows } = await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
-  return rows.length === 1;
-}
-
 function problemType(response: LightMyRequestResponse): string {
   expect(response.headers['content-type']).toMatch(/^application\/problem\+json/);
   return String(response.json().type).replace('urn:partner-agent-status:problem:', '');
@@ -105,7 +95,7 @@ describe('Prefer: respond-async on a disable', () => {
     });
     // Recorded: the flag, the pending row (or already finished) and the change row are committed.
     expect(await db.agentApproved(agentId)).toBe(false);
-    expect(await changeCount(agentId)).toBe(1);
+    expect(await db.changeCount(agentId)).toBe(1);
     expect(await counter('accepted')).toBe(before + 1);
 
     const location = String(response.headers.location);
@@ -152,7 +142,7 @@ describe('Prefer: respond-async on a disable', () => {
     expect(took).toBeGreaterThanOrEqual(1_000);
     expect(took).toBeLessThan(2_500);
     svc.simulator.simulator.setMode('ok');
-    await vi.waitFor(async () => expect(await pendingRow(agentId)).toBe(false), { timeout: 20_000, interval: 100 });
+    await vi.waitFor(async () => expect(await db.pendingRow(agentId)).toBe(false), { timeout: 20_000, interval: 100 });
   });
 
   it('gives no 202 while a platform transaction holds the agent row: the flag first, then 202', async () => {
@@ -165,7 +155,7 @@ describe('Prefer: respond-async on a disable', () => {
       const response = post({ agentId, enabled: false }, { prefer: 'respond-async' }).finally(() => {
         answered = true;
       });
-      await vi.waitFor(async () => expect(await changeCount(agentId)).toBe(1), { timeout: 5_000, interval: 20 });
+      await vi.waitFor(async () => expect(await db.changeCount(agentId)).toBe(1), { timeout: 5_000, interval: 20 });
       await new Promise((resolve) => setTimeout(resolve, 500));
       expect(answered).toBe(false);
       expect(await db.agentApproved(agentId)).toBe(true);
@@ -173,7 +163,7 @@ describe('Prefer: respond-async on a disable', () => {
       const accepted = await response;
       expect(accepted.statusCode).toBe(202);
       expect(await db.agentApproved(agentId)).toBe(false);
-      await vi.waitFor(async () => expect(await pendingRow(agentId)).toBe(false), { timeout: 20_000, interval: 100 });
+      await vi.waitFor(async () => expect(await db.pendingRow(agentId)).toBe(false), { timeout: 20_000, interval: 100 });
     } finally {
       await platform.end();
     }
@@ -203,7 +193,7 @@ describe('Idempotency-Key on the POST', () => {
     expect(again.headers['idempotent-replayed']).toBe('true');
     expect(again.body).toBe(first.body);
     expect(again.headers['content-type']).toBe(first.headers['content-type']);
-    expect(await changeCount(agentId)).toBe(1);
+    expect(await db.changeCount(agentId)).toBe(1);
     expect(await counter('replayed')).toBe(replays + 1);
   });
 
@@ -227,7 +217,7 @@ describe('Idempotency-Key on the POST', () => {
     expect(missingAgain.statusCode).toBe(404);
     expect(missingAgain.headers['idempotent-replayed']).toBe('true');
     expect(missingAgain.body).toBe(missing.body);
-    await vi.waitFor(async () => expect(await pendingRow(agentId)).toBe(false), { timeout: 20_000, interval: 100 });
+    await vi.waitFor(async () => expect(await db.pendingRow(agentId)).toBe(false), { timeout: 20_000, interval: 100 });
   });
 
   it('a replayed enable after a later disable leaves the agent disabled', async () => {
@@ -239,7 +229,7 @@ describe('Idempotency-Key on the POST', () => {
     expect(replay.statusCode).toBe(200);
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(await db.agentApproved(agentId)).toBe(false);
-    expect(await changeCount(agentId)).toBe(2);
+    expect(await db.changeCount(agentId)).toBe(2);
   });
 
   it('answers 422 for the same key with another body, and changes nothing', async () => {
@@ -252,7 +242,7 @@ describe('Idempotency-Key on the POST', () => {
     const otherAgent = await post({ agentId: await db.agent(networkA), enabled: true }, { 'idempotency-key': key });
     expect(otherAgent.statusCode).toBe(422);
     expect(await db.agentApproved(agentId)).toBe(true);
-    expect(await changeCount(agentId)).toBe(1);
+    expect(await db.changeCount(agentId)).toBe(1);
   });
 
   it('two concurrent requests with one key: one runs, the other gets 409 with Retry-After', async () => {
@@ -261,13 +251,13 @@ describe('Idempotency-Key on the POST', () => {
     svc.simulator.simulator.setMode('slow', { delayMs: 1_500 });
     const key = randomUUID();
     const first = post({ agentId, enabled: false }, { 'idempotency-key': key });
-    await vi.waitFor(async () => expect(await changeCount(agentId)).toBe(1), { timeout: 5_000, interval: 20 });
+    await vi.waitFor(async () => expect(await db.changeCount(agentId)).toBe(1), { timeout: 5_000, interval: 20 });
     const second = await post({ agentId, enabled: false }, { 'idempotency-key': key });
     expect(second.statusCode).toBe(409);
     expect(problemType(second)).toBe('idempotency-key-in-use');
     expect(Number(second.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     expect((await first).statusCode).toBe(200);
-    expect(await changeCount(agentId)).toBe(1);
+    expect(await db.changeCount(agentId)).toBe(1);
     // Once the first has answered, a repeat gets its answer.
     const third = await post({ agentId, enabled: false }, { 'idempotency-key': key });
     expect(third.headers['idempotent-replayed']).toBe('true');
@@ -282,7 +272,7 @@ describe('Idempotency-Key on the POST', () => {
     const b = await post({ agentId: theirs, enabled: true }, { 'idempotency-key': key }, keyB);
     expect([a.statusCode, b.statusCode]).toEqual([200, 200]);
     expect(b.headers['idempotent-replayed']).toBeUndefined();
-    expect(await changeCount(theirs)).toBe(1);
+    expect(await db.changeCount(theirs)).toBe(1);
   });
 
   it('keeps the key after a 500 of a recorded disable: a repeat finishes it without recording it again', async () => {
@@ -297,7 +287,7 @@ describe('Idempotency-Key on the POST', () => {
     expect(repeated.statusCode).toBe(200);
     expect(repeated.headers['idempotent-replayed']).toBeUndefined();
     expect(repeated.json()).toMatchObject({ agentId, enabled: false });
-    expect(await changeCount(agentId)).toBe(1);
+    expect(await db.changeCount(agentId)).toBe(1);
     expect(await db.pausedIds(agentId)).toEqual(new Set(ids));
     const replayed = await post({ agentId, enabled: false }, { 'idempotency-key': key });
     expect(replayed.headers['idempotent-replayed']).toBe('true');
@@ -316,7 +306,7 @@ describe('Idempotency-Key on the POST', () => {
     expect(repeated.statusCode).toBe(409);
     expect(problemType(repeated)).toBe('superseded');
     expect(await db.agentApproved(agentId)).toBe(true);
-    expect(await changeCount(agentId)).toBe(2);
+    expect(await db.changeCount(agentId)).toBe(2);
   });
 
   it('release forgets a key without a change and keeps one whose change committed, its claim ended', async () => {
@@ -352,7 +342,7 @@ describe('Idempotency-Key on the POST', () => {
       expect(response.body).not.toContain(keyB);
     }
     expect((await post({ agentId, enabled: true }, { 'idempotency-key': 'x'.repeat(255) })).statusCode).toBe(200);
-    expect(await changeCount(agentId)).toBe(1);
+    expect(await db.changeCount(agentId)).toBe(1);
   });
 
   it('forgets a key after 24 hours: a repeat runs again', async () => {
@@ -364,7 +354,7 @@ describe('Idempotency-Key on the POST', () => {
     ]);
     const again = await post({ agentId, enabled: true }, { 'idempotency-key': key });
     expect(again.headers['idempotent-replayed']).toBeUndefined();
-    expect(await changeCount(agentId)).toBe(2);
+    expect(await db.changeCount(agentId)).toBe(2);
   });
 
   it('takes over the claim of a request that died after its change: answers without changing again', async () => {
@@ -384,7 +374,7 @@ describe('Idempotency-Key on the POST', () => {
     expect(repeat.headers['idempotent-replayed']).toBeUndefined();
     expect(repeat.json()).toEqual(first.json());
     expect(await db.agentApproved(agentId)).toBe(false);
-    expect(await changeCount(agentId)).toBe(2);
+    expect(await db.changeCount(agentId)).toBe(2);
   });
 
   it('replays after a restart of the service', async () => {
@@ -465,13 +455,13 @@ describe('Idempotency-Keys: stored hashed, a quota per network', () => {
       // A 404 is kept (docs/interfaces.md §11) and takes room: two keys fit after it.
       expect((await send(`us-east-1:${randomUUID()}`, randomUUID())).statusCode).toBe(404);
       for (const k of keys) expect((await send(agentId, k)).statusCode).toBe(200);
-      expect(await changeCount(agentId)).toBe(2);
+      expect(await db.changeCount(agentId)).toBe(2);
 
       const refused = await send(agentId, randomUUID());
       expect(refused.statusCode).toBe(429);
       expect(problemType(refused)).toBe('idempotency-key-quota');
       expect(refused.headers['retry-after']).toBe('60');
-      expect(await changeCount(agentId)).toBe(2);
+      expect(await db.changeCount(agentId)).toBe(2);
       // What the network holds still answers, and so does a request without a key; other networks have their own room.
       expect((await send(agentId, keys[0])).headers['idempotent-replayed']).toBe('true');
       expect((await send(agentId, undefined)).statusCode).toBe(200);
@@ -567,16 +557,16 @@ describe('ETag on the status, If-Match on the POST', () => {
       expect(problemType(refused)).toBe('precondition-failed');
     }
     expect(await counter('precondition_failed')).toBe(before412 + 4);
-    expect(await changeCount(agentId)).toBe(1);
+    expect(await db.changeCount(agentId)).toBe(1);
     expect(await db.agentApproved(agentId)).toBe(true);
-    expect(await pendingRow(agentId)).toBe(false);
+    expect(await db.pendingRow(agentId)).toBe(false);
 
     const done = await post({ agentId, enabled: false }, { 'if-match': `"v7", ${current}` });
     expect(done.statusCode).toBe(200);
     expect(done.json()).toMatchObject({ pausedCampaignCount: 2 });
     expect((await post({ agentId, enabled: true }, { 'if-match': current })).statusCode).toBe(412);
     expect((await post({ agentId, enabled: true }, { 'if-match': '*' })).statusCode).toBe(200);
-    expect(await changeCount(agentId)).toBe(3);
+    expect(await db.changeCount(agentId)).toBe(3);
   });
 
   it('two concurrent changes with one tag: one is made, the other answers 412', async () => {
@@ -588,7 +578,7 @@ describe('ETag on the status, If-Match on the POST', () => {
       post({ agentId, enabled: false }, { 'if-match': tag }),
     ]);
     expect(answers.map((a) => a.statusCode).sort()).toEqual([200, 412, 412]);
-    expect(await changeCount(agentId)).toBe(1);
+    expect(await db.changeCount(agentId)).toBe(1);
   });
 
   it('a replay comes before If-Match: the repeat of a conditional change gets its answer, not 412', async () => {
@@ -636,7 +626,7 @@ describe('If-Match waits for nothing of another network', () => {
       await released;
       holder.release();
     }
-    expect(await changeCount(theirs)).toBe(0);
+    expect(await db.changeCount(theirs)).toBe(0);
   });
 });
 
@@ -714,7 +704,7 @@ describe('404s stay byte-identical with and without each new header', () => {
         expect(shapeOf(await post({ agentId, enabled: false }, sent)), JSON.stringify(sent)).toEqual(plain);
       }
     }
-    expect(await changeCount(elsewhere)).toBe(0);
+    expect(await db.changeCount(elsewhere)).toBe(0);
     expect(await db.agentApproved(elsewhere)).toBe(true);
   });
 

@@ -106,8 +106,8 @@ describe('the keys tool and a running service watching the file', () => {
     const raw = await issue('raw-expiring', '--raw', '--expires-at', expiresAt);
     const hashed = await issue('hashed-lasting');
     const { stdout: listing } = await keys('list');
-    expect(listing).toMatch(/raw-expiring\s+\S+\s+\S+\s+raw\n/);
-    expect(listing).toMatch(/hashed-lasting\s+\S+\s+never\s+hashed\n/);
+    expect(listing).toMatch(/raw-expiring\s+\S+\s+\S+\s+raw\s+default\n/);
+    expect(listing).toMatch(/hashed-lasting\s+\S+\s+never\s+hashed\s+default\n/);
     await vi.waitFor(async () => expect(await status(raw)).toBe(200), { timeout: 10_000, interval: 20 });
     expect(await status(hashed)).toBe(200);
     expect(await metricLine('partner_keys_expiring_soon{partner="raw-expiring",state="expiring"}')).toMatch(/ 1$/);

@@ -34,8 +34,10 @@ describe('the partner reference page at /partner/docs', () => {
     expect(response.headers['content-type']).toBe('text/html; charset=utf-8');
     expect(response.headers['cache-control']).toBe('no-store');
     expect(response.headers['x-request-id']).toBeTruthy();
-    // Rendered from the document the service serves, with the script from this origin.
-    expect(response.body).toContain('"url": "/partner/openapi.json"');
+    // Rendered from the documents the service serves, one per API version, the newest the default,
+    // with the script from this origin.
+    expect(response.body).toContain('"url": "/partner/openapi.json?version=2026-12-01"');
+    expect(response.body).toContain('"url": "/partner/openapi.json?version=2026-11-21"');
     // The script by its immutable, hashed name (the plain name stays served, below).
     expect(response.body).toMatch(/<script src="js\/scalar\.[0-9a-f]{16}\.js"><\/script>/);
     expect(response.body).not.toMatch(/https?:\/\//);

@@ -1,7 +1,14 @@
 import { readFileSync } from 'node:fs';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { buildInertApp, generateOpenApiDocument, openApiDocumentPath, renderOpenApiDocument } from '../../scripts/generate-openapi.js';
+import {
+  buildInertApp,
+  generateOpenApiDocument,
+  openApiDocumentPath,
+  renderOpenApiDocument,
+  versionDocumentPath,
+} from '../../scripts/generate-openapi.js';
+import { apiVersionNames } from '../../src/api-versions.js';
 import { problemTypes } from '../../src/http/problems.js';
 import { createSchemaCompiler } from '../support/openapi-validator.js';
 
@@ -52,6 +59,60 @@ describe('docs/openapi.json is what the code generates', () => {
     } finally {
       await app.close();
     }
+  });
+});
+
+describe('the document of each API version (docs/interfaces.md §15)', () => {
+  it('is committed as docs/openapi-<version>.json, equal to what GET /partner/openapi.json?version= serves', async () => {
+    const app = await buildInertApp();
+    try {
+      await app.ready();
+      for (const version of apiVersionNames) {
+        const response = await app.inject({ method: 'GET', url: `/partner/openapi.json?version=${version}` });
+        expect(response.statusCode, version).toBe(200);
+        const served = JSON.parse(response.body);
+        expect(
+          readFileSync(versionDocumentPath(version), 'utf8'),
+          `docs/openapi-${version}.json is out of date: run \`npm run openapi\``,
+        ).toBe(renderOpenApiDocument(served));
+        expect(served.info.version).toBe(version);
+      }
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('is the newest version without ?version=, and docs/openapi.json is that one', () => {
+    expect(generated.info.version).toBe(apiVersionNames.at(-1));
+    expect(readFileSync(openApiDocumentPath, 'utf8')).toBe(readFileSync(versionDocumentPath(apiVersionNames.at(-1)!), 'utf8'));
+  });
+
+  it('lists Partner-Api-Version on every operation that takes a key, with the versions as its values', async () => {
+    for (const version of apiVersionNames) {
+      const document: Json = await generateOpenApiDocument(version);
+      for (const [path, method, operation] of operations(document)) {
+        const keyed = operation.security?.length !== 0;
+        expect(
+          operation.parameters.some((p: Json) => p.$ref === '#/components/parameters/PartnerApiVersion'),
+          `${version} ${method} ${path}`,
+        ).toBe(keyed);
+      }
+      expect(resolve(document, { $ref: '#/components/parameters/PartnerApiVersion' })).toMatchObject({
+        name: 'Partner-Api-Version',
+        in: 'header',
+        schema: { enum: apiVersionNames },
+      });
+      const passes = await new Validator().validate(structuredClone(document));
+      expect(passes.valid, `${version}: ${JSON.stringify(passes.errors)}`).toBe(true);
+    }
+  });
+
+  it('tells what each version answers to a disable left unfinished: 500 in 2026-11-21, 202 in 2026-12-01', async () => {
+    const old = ((await generateOpenApiDocument('2026-11-21')) as Json).paths[statusPath].post.responses;
+    const newest = ((await generateOpenApiDocument('2026-12-01')) as Json).paths[statusPath].post.responses;
+    expect(old['500'].description).toContain('remainingCampaignCount');
+    expect(newest['500'].description).toContain('Nothing was recorded');
+    expect(newest['202'].description).toContain('did not confirm every pause');
   });
 });
 
@@ -254,6 +315,6 @@ describe('docs/partner-guide.md agrees with the document', () => {
       }
     }
     expect(problems).toBeGreaterThanOrEqual(6);
-    expect(bodies.length - problems).toBe(7);
+    expect(bodies.length - problems).toBe(8);
   });
 });

@@ -27,6 +27,16 @@ export function testDatabase() {
       const { rows } = await pool.query('SELECT campaign_id FROM campaigns WHERE agent_id = $1 AND paused', [agentId]);
       return new Set(rows.map((row) => row.campaign_id));
     },
+    /** The agent's rows in the audit trail. */
+    async changeCount(agentId: string): Promise<number> {
+      const { rows } = await pool.query('SELECT count(*)::int AS n FROM agent_status_changes WHERE agent_id = $1', [agentId]);
+      return rows[0].n;
+    },
+    /** Whether the agent has a recorded disable still pending. */
+    async pendingRow(agentId: string): Promise<boolean> {
+      const { rows } = await pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
+      return rows.length === 1;
+    },
     /** Waits (bounded) until the agent's recorded disable has finished: its pending_disables row is gone. */
     async pendingDisableGone(agentId: string, timeout: number, interval = 200): Promise<void> {
       await vi.waitFor(

@@ -9,11 +9,15 @@ export interface PartnerKeyRecord {
   key: string;
   networkId: string;
   name: string;
+  /** The API version the key is pinned to (docs/interfaces.md §15). */
+  apiVersion?: string;
 }
 
 export function keysDocument(partners: PartnerKeyRecord[]): string {
   return JSON.stringify({
-    'partner-keys': Object.fromEntries(partners.map((p) => [p.key, { networkId: p.networkId, name: p.name }])),
+    'partner-keys': Object.fromEntries(
+      partners.map((p) => [p.key, { networkId: p.networkId, name: p.name, ...(p.apiVersion ? { apiVersion: p.apiVersion } : {}) }]),
+    ),
   });
 }
 

@@ -14,6 +14,7 @@ describe('problem details (RFC 9457)', () => {
     const statuses = Object.fromEntries(Object.entries(problemTypes).map(([kind, { status }]) => [kind, status]));
     expect(statuses).toEqual({
       validation: 400,
+      unsupportedApiVersion: 400,
       unauthorized: 401,
       notFound: 404,
       methodNotAllowed: 405,

@@ -58,6 +58,21 @@ describe('issue', () => {
     });
   });
 
+  it('pins the key to an API version with --api-version, which the service reads and list shows', async () => {
+    const { code, stdout, stderr } = await issue('pinned', '--api-version', '2026-12-01');
+    expect(code).toBe(0);
+    expect(stderr).toContain('pinned to API version 2026-12-01');
+    const key = stdout.trim();
+    expect(JSON.parse(readFileSync(file, 'utf8'))['partner-keys'][`sha256:${hashKey(key)}`]).toEqual({
+      networkId,
+      name: 'pinned',
+      apiVersion: '2026-12-01',
+    });
+    expect(served().lookup(key)).toEqual({ networkId, name: 'pinned', apiVersion: '2026-12-01' });
+    const listing = (await keys('list', '--file', file)).stdout.split('\n')[1];
+    expect(listing?.split(/\s{2,}/)).toEqual([hashKey(key).slice(0, 12), 'pinned', networkId, 'never', 'hashed', '2026-12-01']);
+  });
+
   it('keeps entries and fields it does not know, and leaves no temporary file behind', async () => {
     writeFileSync(
       file,
@@ -100,15 +115,22 @@ describe('a change made by someone else between the read and the write', () => {
 });
 
 describe('list', () => {
-  it('shows fingerprint, name, network, expiry and storage of each key, never a key', async () => {
+  it('shows fingerprint, name, network, expiry, storage and API version of each key, never a key', async () => {
     const hashed = (await issue('hashed-one', '--expires-at', '2099-01-01T00:00:00Z')).stdout.trim();
     const raw = (await issue('raw-one', '--raw')).stdout.trim();
     const { code, stdout, stderr } = await keys('list', '--file', file);
     expect(code).toBe(0);
     const rows = stdout.trim().split('\n');
-    expect(rows[0]).toMatch(/^FINGERPRINT\s+NAME\s+NETWORK\s+EXPIRES\s+STORED$/);
-    expect(rows[1]?.split(/\s{2,}/)).toEqual([hashKey(hashed).slice(0, 12), 'hashed-one', networkId, '2099-01-01T00:00:00Z', 'hashed']);
-    expect(rows[2]?.split(/\s{2,}/)).toEqual([hashKey(raw).slice(0, 12), 'raw-one', networkId, 'never', 'raw']);
+    expect(rows[0]).toMatch(/^FINGERPRINT\s+NAME\s+NETWORK\s+EXPIRES\s+STORED\s+API VERSION$/);
+    expect(rows[1]?.split(/\s{2,}/)).toEqual([
+      hashKey(hashed).slice(0, 12),
+      'hashed-one',
+      networkId,
+      '2099-01-01T00:00:00Z',
+      'hashed',
+      'default',
+    ]);
+    expect(rows[2]?.split(/\s{2,}/)).toEqual([hashKey(raw).slice(0, 12), 'raw-one', networkId, 'never', 'raw', 'default']);
     expect(stderr).toBe(`2 keys in file ${file} (1 hashed, 1 raw); nothing changed\n`);
     expect(stdout + stderr).not.toContain(raw);
     expect(stdout + stderr).not.toContain(hashKey(raw));
@@ -229,6 +251,12 @@ describe('bad input: one line, a non-zero exit, and nothing changed', () => {
       'a date in the past',
       ['issue', '--file', 'F', '--network', randomUUID(), '--name', 'x', '--expires-at', '2020-01-01T00:00:00Z'],
       /is not in the future/,
+      1,
+    ],
+    [
+      'an API version that does not exist',
+      ['issue', '--file', 'F', '--network', randomUUID(), '--name', 'x', '--api-version', '2026-11-22'],
+      /--api-version must be one of the API versions: 2026-11-21, 2026-12-01/,
       1,
     ],
     ['revoke without a key named', ['revoke', '--file', 'F'], /revoke needs --fingerprint or --name/, 2],

@@ -55,7 +55,7 @@ describe('the image is built from src/ alone', () => {
 const floors: ReadonlyArray<{ name: string; rooms: readonly string[] }> = [
   // What everything may use: the configuration, the telemetry handles, the schema's migrations
   // and the stand-alone spend-management simulator (a program of its own).
-  { name: 'foundation', rooms: ['config.ts', 'resources.ts', 'observability', 'db', 'spend-simulator', 'types'] },
+  { name: 'foundation', rooms: ['config.ts', 'api-versions.ts', 'resources.ts', 'observability', 'db', 'spend-simulator', 'types'] },
   // The stores and the partner keys: each talks to one outside party (PostgreSQL, Redis, spend
   // management, the key set) and knows nothing of the protocol above it.
   { name: 'stores', rooms: ['stores', 'auth'] },

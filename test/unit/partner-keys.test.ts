@@ -50,6 +50,11 @@ describe('parsing the partner-keys secret', () => {
       JSON.stringify({ 'partner-keys': { [newApiKey()]: { networkId, name: 'a', expiresAt: 1 } } }),
       /expiresAt/,
     ],
+    [
+      'an apiVersion that is not a version (docs/interfaces.md §15)',
+      JSON.stringify({ 'partner-keys': { [newApiKey()]: { networkId, name: 'a', apiVersion: '2026-12-02' } } }),
+      /entry 1 \("a"\): apiVersion must be one of the API versions \(2026-11-21, 2026-12-01\)/,
+    ],
   ];
   for (const [what, text, message] of invalid) {
     it(`rejects the whole set for ${what}`, () => {

@@ -183,6 +183,14 @@ The checks a JSON schema cannot express. Included by the Deployment, so every re
 {{- else if $v.httpRoute.clientRateLimit.enabled }}
 {{- fail "httpRoute.clientRateLimit.enabled needs httpRoute.enabled: the BackendTrafficPolicy limits clients on the chart's HTTPRoute" }}
 {{- end }}
+{{- range $version, $d := $v.config.apiVersionDeprecations }}
+{{- if $d.sunsetAt }}
+{{- $rfc3339 := "2006-01-02T15:04:05Z07:00" }}
+{{- if lt (toDate $rfc3339 $d.sunsetAt | unixEpoch | int64) (toDate $rfc3339 $d.deprecatedAt | unixEpoch | int64) }}
+{{- fail (printf "config.apiVersionDeprecations.%s: sunsetAt (%s) must not be before deprecatedAt (%s)" $version $d.sunsetAt $d.deprecatedAt) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if gt (int $v.config.worker.backoffBaseMs) (int $v.config.worker.backoffMaxMs) }}
 {{- fail "config.worker.backoffBaseMs must not exceed config.worker.backoffMaxMs" }}
 {{- end }}
@@ -229,6 +237,9 @@ RATE_LIMIT_MAX: {{ $c.rateLimit.max | int64 | toString | quote }}
 RATE_LIMIT_WINDOW_MS: {{ $c.rateLimit.windowMs | int64 | toString | quote }}
 DISABLES_IN_FLIGHT_PER_NETWORK: {{ $c.disablesInFlightPerNetwork | int64 | toString | quote }}
 IDEMPOTENCY_KEYS_PER_NETWORK: {{ $c.idempotencyKeysPerNetwork | int64 | toString | quote }}
+{{- with $c.apiVersionDeprecations }}
+API_VERSION_DEPRECATIONS: {{ toJson . | quote }}
+{{- end }}
 DISABLE_BATCHES_IN_FLIGHT: {{ $c.pipeline.disableBatchesInFlight | int64 | toString | quote }}
 SPEND_MANAGEMENT_MAX_CONCURRENCY: {{ $c.pipeline.spendManagementMaxConcurrency | int64 | toString | quote }}
 SPEND_MANAGEMENT_WORKER_MAX_WAIT_MS: {{ $c.pipeline.workerCallMaxWaitMs | int64 | toString | quote }}

@@ -2,11 +2,12 @@ import { performance } from 'node:perf_hooks';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
 import { ChangeFailure, outcomeOf } from '../../agents/outcomes.js';
-import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
+import { type AgentStatusUseCase, DisableIncomplete } from '../../agents/set-agent-status.js';
 import type { Metrics } from '../../observability/metrics.js';
 import type { IdempotencyKeys } from '../../stores/idempotency-keys.js';
+import { answersWith } from '../api-version-hooks.js';
 import { idempotencyHooks, ifMatchChangeIds, readPrefer } from '../conveniences.js';
-import { failureProblem } from '../error-handler.js';
+import { failureProblem, logIncompleteDisable } from '../error-handler.js';
 import { agentStatusUrl, partnerRoutes, statusChangeRouteLabel } from '../paths.js';
 import { sendProblem } from '../problems.js';
 import { setAgentStatusDocumentation } from './agent-status.schema.js';
@@ -95,6 +96,23 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
         if (outcome === 'limited') {
           metrics.requestsLimited.inc({ partner: partner.name, limit: 'disables_in_flight' });
           throw error;
+        }
+        if (error instanceof DisableIncomplete && answersWith(request, 'incompleteDisableAccepted')) {
+          // API version 2026-12-01 on: the disable is recorded and finishes by itself, which is a
+          // 202 with its status (as for Prefer: respond-async), not a 500 with counts. The status is
+          // told from what the run knew: the flag is not committed yet only while the agent's row
+          // was held by another transaction.
+          logIncompleteDisable(request, error);
+          request.audit.outcome = 'accepted';
+          metrics.agentStatusChanges.inc({ partner: partner.name, enabled: 'false', outcome: 'accepted' });
+          reply.code(202).header('location', agentStatusUrl(agentId));
+          return {
+            agentId,
+            networkId: partner.networkId,
+            enabled: error.runCause.kind === 'agent_locked',
+            activeUnpausedCampaignCount: error.remainingCampaignCount ?? 0,
+            disableInProgress: true,
+          };
         }
         if (outcome === 'precondition_failed' && error instanceof ChangeFailure) {
           answered('precondition_failed');

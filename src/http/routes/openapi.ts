@@ -1,6 +1,10 @@
 import swagger, { type FastifyDynamicSwaggerOptions } from '@fastify/swagger';
 import type { FastifyInstance } from 'fastify';
+import { type ApiVersion, apiVersionNames, type Deprecations, isApiVersion, newestApiVersion } from '../../api-versions.js';
+import { documentOfVersion } from '../api-version-documents.js';
 import { documentedPath, partnerPath, partnerPrefix, partnerRoutes } from '../paths.js';
+import { problem, sendProblem } from '../problems.js';
+import { problemResponse } from './problem-schema.js';
 
 /** An OpenAPI Example Object. */
 export interface OpenApiExample {
@@ -18,6 +22,8 @@ declare module 'fastify' {
     };
   }
 }
+
+const unknownDocumentVersion = `version must name an API version exactly (YYYY-MM-DD): ${apiVersionNames.join(', ')}.`;
 
 const requestIdDescription =
   'Identifies the request in our logs and in the `requestId` of a problem body. Send your own (1 to 128 characters of ' +
@@ -94,8 +100,11 @@ type TransformObjectResult = ReturnType<NonNullable<FastifyDynamicSwaggerOptions
  * response (the onRequest hook of src/http/app.ts sets it on every answer). Must be registered before
  * the routes it documents. `docs/openapi.json` is the committed copy (npm run openapi).
  */
-// biome-ignore lint/suspicious/noExplicitAny: the plugin takes any logger and type provider
-export async function registerOpenApi(app: FastifyInstance<any, any, any, any, any>): Promise<void> {
+export async function registerOpenApi(
+  // biome-ignore lint/suspicious/noExplicitAny: the plugin takes any logger and type provider
+  app: FastifyInstance<any, any, any, any, any>,
+  deprecations: Deprecations = new Map(),
+): Promise<void> {
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -161,20 +170,50 @@ export async function registerOpenApi(app: FastifyInstance<any, any, any, any, a
     },
   });
 
+  // One document per API version, built once (the routes do not change after start).
+  const documents = new Map<ApiVersion, unknown>();
   app.get(
     partnerPath(partnerRoutes.openApi),
     {
       schema: {
         operationId: 'getOpenApiDocument',
         summary: 'This OpenAPI document',
-        description: 'The OpenAPI 3.1 description of this API, generated from the service code. Needs no API key.',
+        description: `The OpenAPI 3.1 description of this API for one API version, generated from the service code. Needs no API key. Without \`version\`, the newest version (\`${newestApiVersion}\`).`,
         tags: ['Reference'],
         security: [],
+        querystring: {
+          type: 'object',
+          properties: {
+            version: {
+              type: 'string',
+              description: `The API version to describe, \`YYYY-MM-DD\`: one of ${apiVersionNames.map((v) => `\`${v}\``).join(', ')}.`,
+            },
+          },
+        },
         response: {
           200: { description: 'The OpenAPI document.', content: { 'application/json': { schema: OpenApiDocumentSchema } } },
+          400: problemResponse(400, 'The version is not one of the API versions.', {
+            unknownVersion: {
+              summary: 'No such API version',
+              kind: 'unsupportedApiVersion',
+              detail: unknownDocumentVersion,
+            },
+          }),
         },
       },
     },
-    async () => app.swagger(),
+    async (request, reply) => {
+      const asked = (request.query as { version?: string }).version ?? newestApiVersion;
+      if (!isApiVersion(asked)) {
+        const body = problem('unsupportedApiVersion', unknownDocumentVersion, request.id);
+        return sendProblem(reply, Object.assign(body, { supportedVersions: apiVersionNames }));
+      }
+      let document = documents.get(asked);
+      if (!document) {
+        document = documentOfVersion(app.swagger(), asked, deprecations);
+        documents.set(asked, document);
+      }
+      return document;
+    },
   );
 }

@@ -30,6 +30,11 @@ export const ProblemSchema = Type.Object(
           'On a disable that did not finish (500): active, unpaused campaigns of the agent still to pause. The service goes on pausing them by itself.',
       }),
     ),
+    supportedVersions: Type.Optional(
+      Type.Array(Type.String(), {
+        description: 'On an unsupported API version (400): the versions `Partner-Api-Version` may name.',
+      }),
+    ),
   },
   {
     $id: 'Problem',

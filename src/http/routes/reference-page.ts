@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { apiVersionNames, newestApiVersion } from '../../api-versions.js';
 import { partnerPath, partnerRoutes } from '../paths.js';
 
 /** Where partners read the API, under the partner prefix: `GET /partner/docs` redirects to `/partner/docs/`. */
@@ -14,8 +15,14 @@ const hashedScriptName = (hash: string) => `scalar.${hash}.js`;
 
 /** Scalar's in-browser renderer, configured so that nothing leaves the partner's browser for a third party. */
 const scalarConfiguration = {
-  // The very document the service serves; the page fetches it from the same origin.
-  url: partnerPath(partnerRoutes.openApi),
+  // The very documents the service serves, one per API version (the newest shown first); the page
+  // fetches them from the same origin and offers the others in its document selector.
+  sources: [...apiVersionNames].reverse().map((version) => ({
+    title: `API version ${version}`,
+    slug: version,
+    url: `${partnerPath(partnerRoutes.openApi)}?version=${version}`,
+    default: version === newestApiVersion,
+  })),
   pageTitle: 'Partner Agent Status API reference',
   // An empty icon: otherwise the browser asks for /favicon.ico, which is not ours to serve (a 404).
   favicon: 'data:,',
