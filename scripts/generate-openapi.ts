@@ -48,7 +48,8 @@ export async function buildInertApp() {
       },
     },
     idempotencyKeys: undefined as never,
-    limits: { ...loadConfig(documentationEnvironment).limits, rateLimitMax: 0, redis: undefined as never, keyPrefix: '' },
+    limits: { ...loadConfig(documentationEnvironment).limits, rateLimitMax: 0 },
+    rateLimitStore: { redis: undefined, keyPrefix: '' },
   });
 }
 

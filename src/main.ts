@@ -27,7 +27,7 @@ try {
 
 // Before taking traffic, one full collection that returns memory to the operating system: start-up
 // leaves garbage and a young generation grown towards its maximum (--max-semi-space-size) behind,
-// 8 to 20 MiB of an idle replica's RSS (benchmark, issue 12). It takes about 0.1 s, once, and needs
+// a sizeable part of an idle replica's RSS (the benchmark's memory figure). It runs once, and needs
 // --expose-gc, which npm start, the Dockerfile and the chart set with the heap flags; without the
 // flag it is skipped. Under load the young generation grows back to the size the flags allow.
 (globalThis as { gc?: (options: object) => void }).gc?.({ type: 'major', execution: 'sync', flavor: 'last-resort' });

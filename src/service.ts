@@ -116,7 +116,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     agentStatus: useCase,
     idempotencyKeys,
     isReady: readiness.isReady,
-    limits: { ...config.limits, redis: rateLimitRedis, keyPrefix: config.redisKeyPrefix },
+    limits: config.limits,
+    rateLimitStore: { redis: rateLimitRedis, keyPrefix: config.redisKeyPrefix },
     apiVersionDeprecations: config.apiVersionDeprecations,
   });
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());

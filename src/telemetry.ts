@@ -7,7 +7,7 @@
 // the spend call; pg; ioredis; aws-sdk), never the auto-instrumentations bundle
 // (dozens of packages), and no Fastify instrumentation: its span per request (and its hooks')
 // told nothing the server span does not once the app names that span by route.
-// test/integration/tracing.test.ts fails if the spans of pg, ioredis or the spend call go missing.
+// test/integration/tracing.process.test.ts fails if the spans of pg, ioredis or the spend call go missing.
 //
 // What a trace may hold is decided here, in three layers:
 // 1. The instrumentations record no headers, and the server span's `url.query` is replaced.
@@ -15,7 +15,7 @@
 //    (see egressOnlyTraceContext), and we send only `traceparent` to our dependencies.
 // 3. Last line: every span passes through scrubSpan before the exporter, which overwrites any
 //    string that looks like a credential (api_key=…, x-api-key: …, bearer …) or holds a loaded
-//    partner key anywhere in it (src/auth/key-finder.ts: checked against the key set by digest) in
+//    partner key anywhere in it (src/observability/key-finder.ts: checked against the key set by digest) in
 //    attribute values, event attributes, the span name and the status message, and drops the user
 //    agent (a header partners fill as they like). A request no route matches is exported by the
 //    not-found route's template, never by its path (src/http/app.ts).
@@ -30,7 +30,7 @@ import {
   trace,
 } from '@opentelemetry/api';
 import type { NodeSDKConfiguration } from '@opentelemetry/sdk-node';
-import { holdsKnownKey } from './auth/key-finder.js';
+import { holdsKnownKey } from './observability/key-finder.js';
 import { registerTelemetry } from './observability/telemetry-handle.js';
 
 type SpanExporter = NodeSDKConfiguration['traceExporter'];

@@ -1,4 +1,4 @@
-// Specification section 5 (Authentication) and docs/interfaces.md §3.
+// Authentication by partner key: docs/interfaces.md §3 and §4.
 import { randomUUID } from 'node:crypto';
 import { expect, expectProblem, test } from '../support/fixtures.js';
 import { newPartnerKey } from '../support/partner-keys.js';

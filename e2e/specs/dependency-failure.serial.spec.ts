@@ -1,7 +1,7 @@
-// Specification section 7 (500 when pausing fails) and docs/interfaces.md §7 (consistency of a
-// disable). The simulator's mode is global state: this file runs in the `shared-simulator`
-// project, after every other spec, one test at a time, and puts the simulator back to `ok`
-// after each test whatever happened.
+// docs/interfaces.md §3 (500 when pausing fails) and §7 (consistency of a disable). The
+// simulator's mode is global state: this file runs in the `shared-simulator` project, after every
+// other spec, one test at a time, and puts the simulator back to `ok` after each test whatever
+// happened.
 import { expect, expectProblem, test } from '../support/fixtures.js';
 
 test.describe.configure({ mode: 'serial' });

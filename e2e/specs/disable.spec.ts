@@ -1,4 +1,4 @@
-// Specification sections 3 and 4, rule 1; docs/interfaces.md §5 and §6.
+// Disabling an agent: docs/interfaces.md §3, §5 and §6.
 import { expect, test } from '../support/fixtures.js';
 
 test.describe('Disabling an agent sets agentApproved to false and pauses its active, unpaused campaigns in all three places', () => {

@@ -1,4 +1,4 @@
-// Specification sections 3 and 4, rule 2.
+// Enabling an agent: docs/interfaces.md §3 and §5.
 import { expect, test } from '../support/fixtures.js';
 
 test.describe('Enabling an agent sets agentApproved to true and resumes nothing', () => {

@@ -1,4 +1,4 @@
-// Specification section 3 ("Restrictions while disabled") and docs/interfaces.md §5: the database
+// Restrictions while an agent is disabled (docs/interfaces.md §5): the database
 // itself refuses what it can see (SQLSTATE P0001) and tells the platform through
 // agent_is_restricted(). Checked through the seeder's own connection, as another part of the
 // platform would meet it.

@@ -1,4 +1,4 @@
-// Specification section 4, rule 4, and docs/interfaces.md §3 (the strict body, 415, 413).
+// The request and its validation: docs/interfaces.md §3 (the strict body, 415, 413).
 import { expect, expectProblem, type SeededAgent, type Stores, test } from '../support/fixtures.js';
 import type { Seeder } from '../support/seeder.js';
 

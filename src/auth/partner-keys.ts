@@ -1,10 +1,10 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { apiVersionNames, isApiVersion } from '../api-versions.js';
+import { fingerprintKey, KeyFinder, type KeyFingerprint, registerKeyFinder } from '../observability/key-finder.js';
 import { isIssuedKey } from './issued-key.js';
-import { fingerprintKey, KeyFinder, type KeyFingerprint, registerKeyFinder } from './key-finder.js';
 
-/** Who is calling: the record a partner key is bound to (specification section 2, API key record). */
+/** Who is calling: the record a partner key is bound to (docs/interfaces.md §4). */
 export interface Partner {
   networkId: string;
   name: string;

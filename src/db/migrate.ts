@@ -18,7 +18,7 @@ const schemaTable = 'partner_agent_status_schema_version';
  */
 const revisedFiles: Record<number, string[]> = {
   1: ['53a4d6701bfc0b6d0b45f51572ae2042'],
-  2: ['199760d7b88d27eeef84b26193ea7584'],
+  2: ['199760d7b88d27eeef84b26193ea7584', '551365a85e188ffdd8cf4a72cb1e1a10'],
   3: ['9c955bc10468284a73712f108346f474'],
   4: ['4262440d51c83ebf8268c5cd1a8c10ea'],
 };

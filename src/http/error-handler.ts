@@ -7,8 +7,8 @@ import {
   PreconditionFailed,
   TooManyDisables,
 } from '../agents/set-agent-status.js';
-import { redactKnownKeys } from '../auth/key-finder.js';
 import { DependencyError } from '../observability/dependency-calls.js';
+import { redactKnownKeys } from '../observability/key-finder.js';
 import { convenienceTexts, type Problem, type ProblemKind, partnerTexts, problem, problemDetails, sendProblem } from './problems.js';
 
 interface AjvError {

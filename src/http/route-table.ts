@@ -32,8 +32,13 @@ export interface RouteDeps {
   idempotencyKeys: IdempotencyKeys;
   /** Readiness: keys loaded, database reachable, not draining. */
   isReady: () => Promise<boolean>;
-  /** redis: the rate limit's client, absent when the limit is off (RATE_LIMIT_MAX=0). */
-  limits: LimitSettings & { redis: Redis | Cluster | undefined; keyPrefix: string };
+  /** The limits' settings (docs/interfaces.md §10): plain values only. */
+  limits: LimitSettings;
+  /**
+   * The rate limit's store: its own Redis client (absent when the limit is off, RATE_LIMIT_MAX=0)
+   * and the key prefix its counters share with the campaign state's keys.
+   */
+  rateLimitStore: { redis: Redis | Cluster | undefined; keyPrefix: string };
   /** API_VERSION_DEPRECATIONS; none when absent. */
   apiVersionDeprecations?: Deprecations;
 }
@@ -101,8 +106,8 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
         metrics,
         rateLimitMax: deps.limits.rateLimitMax,
         rateLimitWindowMs: deps.limits.rateLimitWindowMs,
-        redis: deps.limits.redis,
-        keyPrefix: deps.limits.keyPrefix,
+        redis: deps.rateLimitStore.redis,
+        keyPrefix: deps.rateLimitStore.keyPrefix,
         apiVersionDeprecations: deps.apiVersionDeprecations ?? new Map(),
       });
       await partnerApi.register(agentStatusRoute, {

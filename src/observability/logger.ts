@@ -1,6 +1,6 @@
 import { isSpanContextValid, trace } from '@opentelemetry/api';
 import { type DestinationStream, type Logger, pino } from 'pino';
-import { redactKnownKeys } from '../auth/key-finder.js';
+import { redactKnownKeys } from './key-finder.js';
 
 interface RequestLike {
   method?: string;

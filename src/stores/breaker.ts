@@ -16,7 +16,7 @@ export type BreakerName = 'spend_management' | 'redis';
  * - It also opens after `consecutiveFailures` failures in a row (five by default), whatever the
  *   window holds: opossum trips on a share of its window only, so after a busy spell of successes
  *   a dependency that starts hanging would otherwise cost every caller a full time-out until the
- *   successes age out (measured: 12 sequential 2 s time-outs after 100 successes). A success
+ *   successes age out (a dozen time-outs in a row after a hundred successes). A success
  *   resets the count; the breaker still half-opens after resetTimeoutMs and closes on a success.
  * An open breaker rejects at once with a DependencyError (mapped to 500 by the route).
  */

@@ -25,8 +25,8 @@ export interface SpendManagementOptions {
 
 /**
  * The spend-management API (docs/interfaces.md §6) over undici's `request` (the HTTP client of
- * Node's own fetch, without the web streams: 0.24 ms of CPU a call of 100 ids against 0.56 for
- * fetch and 0.74 for got, measured on Node 24), on connections kept alive. One attempt per call,
+ * Node's own fetch, without the web streams, which cost it CPU on every call; got costs more), on
+ * connections kept alive. One attempt per call,
  * bounded by one time-out over the whole exchange, the answer's body included: a retry inside the
  * call would double every hang and hide attempts from the breaker; retrying is the job of the
  * request's repeat and of the worker, with backoff. Redirects are not followed (the bearer token
@@ -38,8 +38,8 @@ export function createSpendManagementClient(options: SpendManagementOptions): Sp
   const url = new URL('v1/spending-periods/pause', options.baseUrl.endsWith('/') ? options.baseUrl : `${options.baseUrl}/`);
   const fixedHeaders: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
   if (options.token) fixedHeaders.authorization = `Bearer ${options.token}`;
-  // undici is loaded with the first call: a replica that never disables never loads it (about a
-  // megabyte of code), and one that does pays about 15 ms once.
+  // undici is loaded with the first call: a replica that never disables never loads it, and one
+  // that does pays for loading it once.
   let client: Promise<{ request: typeof import('undici').request; dispatcher: Agent }> | undefined;
   const connect = () => {
     client ??= import('undici').then(

@@ -164,9 +164,8 @@ describe('attached to the real app, it checks every response as sent', () => {
           PARTNER_KEYS_FILE: '/dev/null',
         }).limits,
         rateLimitMax: 0,
-        redis: undefined as never,
-        keyPrefix: '',
       },
+      rateLimitStore: { redis: undefined, keyPrefix: '' },
     });
     const check = attachResponseValidator(app);
     await app.ready();

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { issueKey } from '../../src/auth/issued-key.js';
-import { fingerprintKey, holdsKnownKey, KeyFinder, redactKnownKeys } from '../../src/auth/key-finder.js';
 import { hashKey, PartnerKeyStore, parseKeySet } from '../../src/auth/partner-keys.js';
+import { fingerprintKey, holdsKnownKey, KeyFinder, redactKnownKeys } from '../../src/observability/key-finder.js';
 import { slowOnes, worstCaseInputs } from '../support/worst-case.js';
 
 const networkId = '8d2f6a4c-1b3e-4f5a-9c7d-0e1f2a3b4c5d';

@@ -1,4 +1,4 @@
--- Restrictions while an agent is disabled (specification section 3): when the agent's network
+-- Restrictions while an agent is disabled (docs/interfaces.md §5): when the agent's network
 -- has require_agent_approval and the agent is not approved, the database itself refuses the
 -- restricted operations it can see, and tells the platform's other operations through
 -- agent_is_restricted().
