@@ -1,6 +1,7 @@
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
+import { parseSync } from 'oxc-parser';
 import { describe, expect, it } from 'vitest';
 
 const root = resolve(import.meta.dirname, '../..');
@@ -248,5 +249,79 @@ describe('the tests share their helpers instead of copying them', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+// The longest a function of src/ may run (the statement and metric factories are the longest), and
+// a method (of a class or an object): a longer one holds several jobs that want names of their own.
+const maxFunctionLines = 220;
+const maxMethodLines = 120;
+
+interface Block {
+  kind: 'function' | 'method';
+  name: string;
+  lines: number;
+}
+
+/** Every function and method of a module, with its length in lines, from the module's syntax tree. */
+function blocksOf(file: string): Block[] {
+  const text = readFileSync(file, 'utf8');
+  const lineStarts = [0];
+  for (let i = text.indexOf('\n'); i !== -1; i = text.indexOf('\n', i + 1)) lineStarts.push(i + 1);
+  const lineOf = (offset: number) => {
+    let low = 0;
+    let high = lineStarts.length - 1;
+    while (low < high) {
+      const middle = (low + high + 1) >> 1;
+      if (lineStarts[middle]! <= offset) low = middle;
+      else high = middle - 1;
+    }
+    return low + 1;
+  };
+  const blocks: Block[] = [];
+  type Node = { type?: string; start: number; end: number; [key: string]: unknown };
+  const nameOf = (node: unknown) => ((node as { name?: string } | undefined)?.name ?? '(anonymous)') as string;
+  const visit = (value: unknown, context: { name: string; method: boolean }): void => {
+    if (Array.isArray(value)) {
+      for (const item of value) visit(item, context);
+      return;
+    }
+    if (!value || typeof value !== 'object') return;
+    const node = value as Node;
+    const isFunction = ['FunctionDeclaration', 'FunctionExpression', 'ArrowFunctionExpression'].includes(node.type ?? '');
+    if (isFunction) {
+      const name = node.id ? nameOf(node.id) : context.name;
+      blocks.push({ kind: context.method ? 'method' : 'function', name, lines: lineOf(node.end) - lineOf(node.start) + 1 });
+    }
+    for (const [key, child] of Object.entries(node)) {
+      if (key === 'type' || key === 'start' || key === 'end') continue;
+      if (node.type === 'MethodDefinition' || (node.type === 'Property' && (node.method || node.kind !== 'init'))) {
+        visit(child, { name: nameOf(node.key), method: key === 'value' });
+      } else if (node.type === 'VariableDeclarator' || node.type === 'Property' || node.type === 'PropertyDefinition') {
+        visit(child, { name: nameOf(node.id ?? node.key), method: false });
+      } else {
+        visit(child, { name: context.name, method: false });
+      }
+    }
+  };
+  visit(parseSync(file, text).program, { name: '(module)', method: false });
+  return blocks;
+}
+
+describe('the functions of src/ are of a readable length', () => {
+  const blocks = sourceFiles().flatMap((file) => blocksOf(file).map((block) => ({ ...block, file: repo(file) })));
+
+  it('reads the functions and methods of every module', () => {
+    expect(blocks.filter((block) => block.kind === 'method').length).toBeGreaterThan(50);
+    expect(blocks.find((block) => block.file === 'src/service.ts' && block.name === 'assemble')?.lines).toBeGreaterThan(20);
+    // A method is told from a function: DisableRunner.run is a method of a class.
+    expect(blocks.find((block) => block.file === 'src/agents/disable-runs.ts' && block.name === 'run')?.kind).toBe('method');
+  });
+
+  it(`has no function over ${maxFunctionLines} lines and no method over ${maxMethodLines}`, () => {
+    const tooLong = blocks
+      .filter((block) => block.lines > (block.kind === 'method' ? maxMethodLines : maxFunctionLines))
+      .map((block) => `${block.file}: ${block.kind} ${block.name}, ${block.lines} lines`);
+    expect(tooLong).toEqual([]);
   });
 });
