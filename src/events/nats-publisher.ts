@@ -1,4 +1,4 @@
-import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
+import { type JetStreamClient, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import type { OutboxEvent } from '../stores/event-outbox.js';
@@ -44,6 +44,7 @@ const subjectOf = (prefix: string, event: Pick<OutboxEvent, 'networkId' | 'type'
  */
 export function createNatsPublisher(settings: NatsSettings, log: Logger): EventPublisher {
   let connection: NatsConnection | undefined;
+  let client: JetStreamClient | undefined;
   /** False between a disconnect and the reconnect: publishes fail at once rather than wait out their time-out. */
   let linked = false;
   let closed = false;
@@ -85,6 +86,7 @@ export function createNatsPublisher(settings: NatsSettings, log: Logger): EventP
           log.warn({ stream: settings.stream, reason: (error as Error).message }, 'could not create the events stream');
         });
         connection = nc;
+        client = jetstream(nc, { timeout: settings.publishTimeoutMs });
         linked = true;
         log.info('connected to NATS for events');
         void (async () => {
@@ -115,10 +117,10 @@ export function createNatsPublisher(settings: NatsSettings, log: Logger): EventP
   return {
     async publish(event) {
       const nc = connection;
-      if (!nc || !linked || nc.isClosed()) throw new PublishError('not_connected', 'no connection to NATS');
-      const js = jetstream(nc, { timeout: settings.publishTimeoutMs });
+      const js = client;
+      if (!nc || !js || !linked || nc.isClosed()) throw new PublishError('not_connected', 'no connection to NATS');
       try {
-        const ack = await js.publish(subjectOf(settings.subjectPrefix, event), JSON.stringify(event.event), {
+        const ack = await js.publish(subjectOf(settings.subjectPrefix, event), event.event, {
           msgID: event.id,
           timeout: settings.publishTimeoutMs,
         });

@@ -55,7 +55,7 @@ const claimedRow = z.object({
   network_id: z.string(),
   agent_id: z.string(),
   type: z.string(),
-  event: z.record(z.string(), z.unknown()),
+  event: z.string(),
   age_seconds: z.number(),
 });
 const markedRow = z.object({ n: z.number() });
@@ -68,7 +68,8 @@ export interface OutboxEvent {
   agentId: string;
   /** The type without the project's prefix (`agent.disabled`): the subject's last part. */
   type: string;
-  event: Record<string, unknown>;
+  /** The CloudEvent as stored, JSON text: published as it is. */
+  event: string;
   /** Seconds from the event's row being written to the claim, by the database's clock. */
   ageSeconds: number;
 }
@@ -109,7 +110,7 @@ export function createEventOutbox(pool: DatabasePool, metrics: Metrics): EventOu
                   LIMIT ${limit}
                   FOR UPDATE SKIP LOCKED))
             AND o.relayed_at IS NULL
-          RETURNING o.id::text AS id, o.network_id::text AS network_id, o.agent_id, o.type, o.event,
+          RETURNING o.id::text AS id, o.network_id::text AS network_id, o.agent_id, o.type, o.event::text AS event,
                     extract(epoch FROM now() - o.created_at)::float8 AS age_seconds`);
         return rows.map((row) => ({
           id: row.id,
