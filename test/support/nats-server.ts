@@ -87,6 +87,10 @@ export async function startNatsServer() {
   return {
     url,
     port,
+    /** The running server's process id (undefined while stopped). */
+    get pid() {
+      return child?.exitCode === null ? child.pid : undefined;
+    },
     start,
     stop,
     messages,

@@ -4,6 +4,7 @@
 // event's lag from its commit (the change row's time) to the stream's acknowledgement (the time the
 // server stored it; PostgreSQL and nats-server share this machine's clock).
 
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { jetstream } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
@@ -26,6 +27,13 @@ export interface EventFigures {
 
 const stream = 'PARTNER_AGENT_STATUS';
 const enableFloor = 'floor: enable (rate-limit EVALSHA + durable write) via node-postgres';
+
+/** CPU seconds (user + system) a process has used, from /proc/<pid>/stat (clock ticks of 1/100 s). */
+function cpuSecondsOf(pid: number | undefined): number {
+  if (!pid) return 0;
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? 0;
 
@@ -71,8 +79,15 @@ export async function eventsPhase(ctx: BenchContext): Promise<void> {
       try {
         // Only this load's events: those of the earlier phases were marked by the main service.
         await ctx.db.query('UPDATE event_outbox SET relayed_at = now() WHERE relayed_at IS NULL');
+        const cpuBefore = { service: cpuSecondsOf(service.child.pid), nats: cpuSecondsOf(nats.pid) };
+        const startedAt = performance.now();
         await measureEnable(ctx, 'enable, events to NATS', service.statusUrl);
         const endedAt = performance.now();
+        const loadSeconds = (endedAt - startedAt) / 1_000;
+        const cpuShare = (used: number) => Math.round((used / loadSeconds) * 100);
+        console.log(
+          `  events: CPU during the load (warm-up included): service ${cpuShare(cpuSecondsOf(service.child.pid) - cpuBefore.service)} %, nats-server ${cpuShare(cpuSecondsOf(nats.pid) - cpuBefore.nats)} % of a core`,
+        );
         for (;;) {
           const { rows } = await ctx.db.query('SELECT count(*)::int AS n FROM event_outbox WHERE relayed_at IS NULL');
           if (rows[0].n === 0) break;
