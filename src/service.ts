@@ -1,10 +1,13 @@
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
+import type { DatabasePool } from 'slonik';
 import { createDisableProtocol, protocolSettings } from './agents/disable-protocol.js';
 import { createKeySource } from './auth/configured-key-source.js';
 import { PartnerKeyStore } from './auth/partner-keys.js';
 import type { Config } from './config.js';
+import { createNatsPublisher } from './events/nats-publisher.js';
+import { createOutboxRelay } from './events/outbox-relay.js';
 import { buildApp } from './http/app.js';
 import { createReadiness } from './http/readiness.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
@@ -14,6 +17,7 @@ import { type CampaignStateStore, createRedisCampaignState } from './stores/camp
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
 import { ServerFailover } from './stores/database-failover.js';
 import { createDisableQueue } from './stores/disable-queue.js';
+import { createEventOutbox } from './stores/event-outbox.js';
 import { createIdempotencyKeys } from './stores/idempotency-keys.js';
 import { createRedisClient, type RedisClient } from './stores/redis-clients.js';
 import { createSentPauses } from './stores/sent-pauses.js';
@@ -59,13 +63,14 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   // Named prepared statements, or unnamed ones behind a pooler (docs/interfaces.md §13).
   const statement = statementsFor(config.databasePooler);
   if (config.databasePooler !== 'none') await checkServerBounds(requestPool, config, logger);
-  const agents = createAgentRepository(requestPool, metrics, statement);
-  const queue = createDisableQueue(requestPool, metrics, checkPool, statement);
+  const eventSource = config.events.source;
+  const agents = createAgentRepository(requestPool, metrics, statement, eventSource);
+  const queue = createDisableQueue(requestPool, metrics, checkPool, statement, eventSource);
   const sentPauses = createSentPauses(requestPool, metrics);
   const workerStores = {
-    agents: createAgentRepository(workerPool, metrics, statement),
+    agents: createAgentRepository(workerPool, metrics, statement, eventSource),
     // The worker checks its claims on its own pool: it takes only what requests leave free.
-    queue: createDisableQueue(workerPool, metrics, workerPool, statement),
+    queue: createDisableQueue(workerPool, metrics, workerPool, statement, eventSource),
     sentPauses: createSentPauses(workerPool, metrics),
   };
   const idempotencyKeys = createIdempotencyKeys(requestPool, metrics, config.limits.idempotencyKeysPerNetwork, statement);
@@ -122,6 +127,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   });
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
   worker.start();
+  const relay = startEventsRelay(config, workerPool, metrics, logger, resources);
 
   // The service's one seam, for main.ts, npm run dev and the tests: the servers to listen on, and
   // what an operator's view or a test needs to look at or nudge (metrics, the key store and
@@ -138,6 +144,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     worker,
     /** The disable runs of this replica: joinable(networkId, agentId), idle(). */
     runner,
+    /** The events relay: relayNow() relays what is due at once. */
+    relay,
     breakers,
     /** Readiness turns 503 so endpoints stop routing here; requests are still served. */
     startDraining: readiness.startDraining,
@@ -155,6 +163,36 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 }
 
 export type Service = Awaited<ReturnType<typeof createService>>;
+
+/**
+ * The events relay (docs/interfaces.md §14), in every replica, with or without a broker; on the
+ * worker's pool, one statement at a time. Stopped before the pools close.
+ */
+function startEventsRelay(config: Config, workerPool: DatabasePool, metrics: Metrics, logger: Logger, resources: Resources) {
+  const { natsUrl, ...events } = config.events;
+  const publisher = natsUrl
+    ? resources.own('events publisher', createNatsPublisher({ url: natsUrl, ...events }, logger), (nats) => nats.close())
+    : undefined;
+  const relay = resources.own(
+    'events relay',
+    createOutboxRelay({
+      outbox: createEventOutbox(workerPool, metrics),
+      publisher,
+      settings: {
+        pollIntervalMs: events.relayPollIntervalMs,
+        batchSize: events.relayBatchSize,
+        leaseMs: events.relayLeaseMs,
+        retryDelayMs: events.relayRetryDelayMs,
+        retentionMs: events.retentionMs,
+      },
+      metrics,
+      log: logger,
+    }),
+    (eventsRelay) => eventsRelay.stop(),
+  );
+  relay.start();
+  return relay;
+}
 
 /** The service's close(timeoutMs), in the order its seam describes; closing twice closes once. */
 function closer(parts: {

@@ -20,6 +20,7 @@ import { createLogger } from '../observability/logger.js';
 import { Resources } from '../resources.js';
 import { createService } from '../service.js';
 import { createSpendSimulator } from '../spend-simulator/simulator.js';
+import { printEvents } from './event-log.js';
 import { createInMemoryCampaignState } from './in-memory-campaign-state.js';
 import { type DemoData, seedDemo } from './seed.js';
 
@@ -74,6 +75,11 @@ async function start() {
   resources.own('the service', service, (svc) => svc.close());
   await service.app.listen({ port: config.port, host: config.host });
   await service.metricsServer.listen({ port: config.metricsPort, host: config.host });
+  resources.own(
+    'the event log',
+    printEvents(db, (line) => process.stdout.write(line)),
+    (stopPrinting) => stopPrinting(),
+  );
   printWelcome(`http://127.0.0.1:${config.port}`, `http://127.0.0.1:${config.metricsPort}`, demoKey, demo);
 }
 
@@ -114,6 +120,9 @@ Enable it again (resumes nothing):
 Make spend management fail (then "ok" to recover):
 
   curl -s -X PUT ${simulator}/_simulator/mode -H 'content-type: application/json' -d '{"mode":"fail"}'
+
+Every event (docs/interfaces.md §14) is printed below as it is committed; it stays in the embedded
+database's event_outbox table for EVENTS_RETENTION_MS.
 
 Stop with Ctrl-C (SIGINT) or SIGTERM.
 

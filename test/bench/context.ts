@@ -14,6 +14,7 @@ import { freePort } from '../support/process.js';
 import type { LoadFigure } from './load.js';
 import type { Options } from './options.js';
 import { startOtlpSink } from './otlp-sink.js';
+import type { EventFigures } from './phases/events.js';
 import type { FloodFigures } from './phases/flood.js';
 import type { PreferFigures } from './phases/prefer.js';
 import type { StatementCost } from './phases/statements.js';
@@ -67,6 +68,8 @@ export interface Results {
   prefer?: PreferFigures;
   /** Named against unnamed statements (phases/statements.ts). */
   statements: StatementCost[];
+  /** The relay beside the enable load, publishing to NATS JetStream (phases/events.ts). */
+  events?: EventFigures;
 }
 
 /** A service process started the way `npm start` starts it. */

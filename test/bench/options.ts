@@ -17,6 +17,7 @@ export const phases = [
   'fairness',
   'concurrent',
   'statements',
+  'events',
 ] as const;
 export type Phase = (typeof phases)[number];
 

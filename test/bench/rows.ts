@@ -164,6 +164,31 @@ export function tableRows(results: Results, plan: Plan): Row[] {
       floor: { figure: 'named', value: cost.namedUs },
     });
   }
+  // The outbox relay publishing to NATS JetStream beside the enable load (phases/events.ts).
+  const { events } = results;
+  candidates.push(
+    perSecond('enable, events published to NATS JetStream', 'enable, events to NATS', {
+      ...floorOf('enable floor', 'floor: enable (rate-limit EVALSHA + durable write) via node-postgres'),
+      target: { of: 'ratio', op: '>=', limit: 0.85 },
+    }),
+  );
+  if (events) {
+    candidates.push(
+      {
+        figure: 'events relayed to NATS JetStream beside the enable load',
+        value: events.relayedPerSecond,
+        unit: 'events/s',
+        detail: `${events.events.toLocaleString('en-US')} events; outbox empty ${events.drainMs} ms after the load`,
+      },
+      {
+        figure: 'event commit to stream acknowledgement beside the enable load: p99',
+        value: events.lagP99Ms,
+        unit: 'ms',
+        detail: `p50 ${events.lagP50Ms} ms, max ${events.lagMaxMs} ms`,
+        target: { of: 'value', op: '<=', limit: 100 },
+      },
+    );
+  }
   if (concurrent) {
     candidates.push(
       perSecond(

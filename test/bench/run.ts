@@ -21,6 +21,7 @@ import { clusterPhase } from './phases/cluster.js';
 import { disablesUnderLoad } from './phases/concurrent.js';
 import { disableAcrossNetwork, disableLatency } from './phases/disable-latency.js';
 import { enablePhase, idempotencyPhase } from './phases/enable.js';
+import { eventsPhase } from './phases/events.js';
 import { fairness } from './phases/fairness.js';
 import { partnerBesideFlood } from './phases/flood.js';
 import { databaseFloors, floor } from './phases/floors.js';
@@ -90,6 +91,9 @@ if (up) {
   if (selected('concurrent')) await phase(ctx, 'disables under load', () => disablesUnderLoad(ctx, up));
   await stopMainService(up);
 }
+// After the main service has stopped: its relay (no broker) would mark the events' rows relayed
+// before the events service's relay could publish them.
+if (selected('events')) await phase(ctx, 'events', () => eventsPhase(ctx));
 
 // ---------------------------------------------------------------------------------------------
 // The table
@@ -110,6 +114,7 @@ const written = writeResults(join(root, 'test/bench/results'), quick || only !==
   fairness: results.fairness,
   flood: results.flood,
   statements: results.statements,
+  events: results.events,
   processes: results.processes,
   tracingExport: results.exported,
   failures: results.failures,
