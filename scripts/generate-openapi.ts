@@ -42,6 +42,7 @@ export async function buildInertApp() {
       },
     },
     idempotencyKeys: undefined as never,
+    webhooks: { endpoints: undefined as never, refusalOfUrl: undefined as never },
     limits: { ...loadConfig(documentationEnvironment).limits, rateLimitMax: 0, redis: undefined as never, keyPrefix: '' },
   });
 }

@@ -8,6 +8,8 @@ import { SpendScheduler } from './agents/spend-scheduler.js';
 import { createKeySource } from './auth/configured-key-source.js';
 import { PartnerKeyStore } from './auth/partner-keys.js';
 import type { Config } from './config.js';
+import { allowedRanges, type Lookup, refusalOfUrl } from './events/address-guard.js';
+import { createWebhookSender } from './events/webhook-sender.js';
 import { buildApp } from './http/app.js';
 import { createReadiness } from './http/readiness.js';
 import { createMetrics } from './observability/metrics.js';
@@ -23,6 +25,8 @@ import { createRedisClient, type RedisClient } from './stores/redis-clients.js';
 import { createSentPauses } from './stores/sent-pauses.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
 import { boundedBy, serverBounds, statementsFor } from './stores/statements.js';
+import { createWebhookDeliveryStore } from './stores/webhook-deliveries.js';
+import { createWebhookEndpointStore } from './stores/webhook-endpoints.js';
 
 export interface ServiceOptions {
   logger: Logger;
@@ -30,6 +34,8 @@ export interface ServiceOptions {
   campaignState?: CampaignStateStore;
   /** This replica's name in pending_disables.lease_owner (default: host name and pid). */
   replicaId?: string;
+  /** DNS resolution of webhook hosts (tests put a stub here; default: the system resolver). */
+  webhookResolve?: Lookup;
 }
 
 /**
@@ -217,6 +223,22 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     expiredKeys: createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork, statement),
   });
 
+  // Partner webhooks (docs/interfaces.md §14): the sender is a worker of its own, on the worker's pool.
+  const webhookDeliveries = createWebhookDeliveryStore(workerPool, metrics);
+  const webhookSender = createWebhookSender({
+    store: webhookDeliveries,
+    settings: config.webhooks,
+    owner,
+    metrics,
+    log: logger,
+    resolve: options.webhookResolve,
+  });
+  const webhookAddresses = {
+    allowHttp: config.webhooks.allowHttp,
+    allowed: config.webhooks.allowedCidrs.length > 0 ? allowedRanges(config.webhooks.allowedCidrs) : undefined,
+    resolve: options.webhookResolve,
+  };
+
   const probe = createAgentRepository(probePool, metrics, statement);
   const readiness = createReadiness({ ping: probe.ping, onReadOnly: () => failover.retire('read_only'), keyStore, metrics });
   const app = await buildApp({
@@ -227,9 +249,14 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     idempotencyKeys,
     isReady: readiness.isReady,
     limits: { ...config.limits, redis: rateLimitRedis, keyPrefix: config.redisKeyPrefix },
+    webhooks: {
+      endpoints: createWebhookEndpointStore(requestPool, metrics),
+      refusalOfUrl: (url) => refusalOfUrl(url, webhookAddresses),
+    },
   });
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
   worker.start();
+  webhookSender.start();
 
   let closing: Promise<void> | undefined;
   // The service's one seam, for main.ts, npm run dev and the tests: the servers to listen on, and
@@ -245,6 +272,10 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     keySource,
     /** The convergence worker: pollNow() runs one poll at once. */
     worker,
+    /** The webhook sender: nudge() looks for due deliveries at once; pollNow() runs one poll (tests). */
+    webhookSender,
+    /** The webhook deliveries: enqueue() makes deliveries of events (the outbox relay; tests). */
+    webhookDeliveries,
     /** The disable runs of this replica: active(agentId), idle(), settled(). */
     runner,
     breakers: { spendManagement: spendBreaker.breaker, redis: redisBreaker.breaker },
@@ -263,7 +294,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
       closing ??= (async () => {
         const deadline = performance.now() + timeoutMs;
         runner.stopBy(deadline - 1_000);
-        await worker.stop();
+        await Promise.all([worker.stop(), webhookSender.stop(deadline - 1_500)]);
         const closed = app.close();
         // A socket accepted but never used for a request (a proxy's pre-opened connection) is not
         // closed by Fastify's idle handling on this Node: past the deadline every connection is

@@ -18,6 +18,7 @@ import { agentStatusReadRoute } from './routes/agent-status-read.js';
 import { healthRoutes } from './routes/health.js';
 import { registerOpenApi } from './routes/openapi.js';
 import { referencePageRoutes } from './routes/reference-page.js';
+import { type WebhookRouteDeps, webhookEndpointRoutes } from './routes/webhook-endpoints.js';
 
 export type HttpApp = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, Logger, TypeBoxTypeProvider>;
 
@@ -32,6 +33,8 @@ export interface RouteDeps {
   isReady: () => Promise<boolean>;
   /** redis: the rate limit's client, absent when the limit is off (RATE_LIMIT_MAX=0). */
   limits: LimitSettings & { redis: Redis | Cluster | undefined; keyPrefix: string };
+  /** The partner webhook endpoints (docs/interfaces.md §14). */
+  webhooks: WebhookRouteDeps;
 }
 
 // Through require for the same reason as in malformed-http.ts (no ES facade of node:http).
@@ -107,6 +110,7 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
     });
     await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus, guard });
     await partnerApi.register(statusChangesRoute, { agentStatus: deps.agentStatus, guard });
+    await partnerApi.register(webhookEndpointRoutes, { ...deps.webhooks, guard });
   });
 
   for (const [url, methods] of served) {
