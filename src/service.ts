@@ -7,7 +7,7 @@ import { createAgentStatusUseCase } from './agents/set-agent-status.js';
 import { SpendScheduler } from './agents/spend-scheduler.js';
 import { createKeySource } from './auth/configured-key-source.js';
 import { PartnerKeyStore } from './auth/partner-keys.js';
-import type { Config } from './config.js';
+import { type Config, statementClientMarginMs } from './config.js';
 import { allowedRanges, type Lookup, refusalOfUrl } from './events/address-guard.js';
 import { createWebhookSender } from './events/webhook-sender.js';
 import { buildApp } from './http/app.js';
@@ -228,6 +228,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   const webhookSender = createWebhookSender({
     store: webhookDeliveries,
     settings: config.webhooks,
+    leaseMs: config.webhooks.timeoutMs + config.databaseStatementTimeoutMs + statementClientMarginMs + 1_000,
     owner,
     metrics,
     log: logger,

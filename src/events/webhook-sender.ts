@@ -58,6 +58,11 @@ function outcomeOfError(error: unknown, timedOut: boolean): AttemptOutcome {
 export interface WebhookSenderDeps {
   store: WebhookDeliveryStore;
   settings: WebhookSettings;
+  /**
+   * A claim's lease: longer than an attempt and the statement that records it can take together,
+   * so that a live attempt is never taken over.
+   */
+  leaseMs: number;
   owner: string;
   metrics: Metrics;
   log: Logger;
@@ -75,7 +80,7 @@ export interface WebhookSenderDeps {
  */
 export function createWebhookSender(deps: WebhookSenderDeps) {
   const { store, settings, metrics, log } = deps;
-  const leaseMs = settings.timeoutMs + 15_000;
+  const { leaseMs } = deps;
   const perNetworkInFlight = Math.max(perEndpointInFlight, Math.floor(settings.concurrency / 4));
   const agent = new Agent({
     connect: guardedConnector({

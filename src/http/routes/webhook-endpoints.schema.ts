@@ -186,7 +186,7 @@ export const deleteEndpointSchema = {
   description: 'Deletes the endpoint and its delivery history; nothing more is sent to it.',
   params: EndpointParams,
   response: {
-    204: { description: 'Deleted.', headers: { ...rateLimitHeaders } },
+    204: { type: 'null', description: 'Deleted.', headers: { ...rateLimitHeaders } },
     400: malformedId,
     401: unauthorized,
     404: endpointNotFound,
