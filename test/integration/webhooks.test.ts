@@ -89,8 +89,11 @@ function completionEvent(networkId: string, type = 'agent.disable.completed'): D
 async function deliveries(key: string, endpointId: string) {
   const response = await call('GET', `/partner/webhook-endpoints/${endpointId}/deliveries`, key);
   expect(response.statusCode, response.body).toBe(200);
-  return (response.json() as { deliveries: Array<{ id: string; eventId: string; state: string; attempts: Array<{ statusCode: number | null; outcome: string }> }> })
-    .deliveries;
+  return (
+    response.json() as {
+      deliveries: Array<{ id: string; eventId: string; state: string; attempts: Array<{ statusCode: number | null; outcome: string }> }>;
+    }
+  ).deliveries;
 }
 
 async function endpointOf(key: string, endpointId: string) {
@@ -171,13 +174,10 @@ describe('retries', () => {
     const endpoint = await register(keyA, hook.url);
     const event = completionEvent(networkA);
     await svc.service.webhookDeliveries.enqueue([event]);
-    const [failed] = await until(
-      async () => {
-        const list = await deliveries(keyA, endpoint.id);
-        return list[0]?.state === 'failed' && list;
-      },
-      'delivery did not fail',
-    );
+    const [failed] = await until(async () => {
+      const list = await deliveries(keyA, endpoint.id);
+      return list[0]?.state === 'failed' && list;
+    }, 'delivery did not fail');
     expect(failed!.attempts).toHaveLength(scheduleSeconds.length + 1);
     hook.answerWith(200);
     const retried = await call('POST', `/partner/webhook-endpoints/${endpoint.id}/deliveries/${failed!.id}/retry`, keyA);
@@ -259,7 +259,9 @@ describe('secret rotation', () => {
     const hook = await receiver();
     const endpoint = await register(keyA, hook.url);
     const { secret } = (await call('POST', `/partner/webhook-endpoints/${endpoint.id}/rotate-secret`, keyA)).json() as { secret: string };
-    await db.pool.query(`UPDATE webhook_endpoints SET previous_secret_expires_at = now() - interval '1 second' WHERE id = $1`, [endpoint.id]);
+    await db.pool.query(`UPDATE webhook_endpoints SET previous_secret_expires_at = now() - interval '1 second' WHERE id = $1`, [
+      endpoint.id,
+    ]);
     await svc.service.webhookDeliveries.enqueue([completionEvent(networkA)]);
     const [got] = await until(() => hook.received.length === 1 && hook.received, 'no delivery arrived');
     const headers = got!.headers as Record<string, string>;
@@ -306,7 +308,9 @@ describe('networks are isolated', () => {
     const hook = await receiver();
     const made = await Promise.all(Array.from({ length: 12 }, () => call('POST', '/partner/webhook-endpoints', keyC, { url: hook.url })));
     expect(made.map((r) => r.statusCode).sort()).toEqual([...Array(10).fill(201), 409, 409]);
-    expect(made.find((r) => r.statusCode === 409)!.json()).toMatchObject({ type: 'urn:partner-agent-status:problem:webhook-endpoint-limit' });
+    expect(made.find((r) => r.statusCode === 409)!.json()).toMatchObject({
+      type: 'urn:partner-agent-status:problem:webhook-endpoint-limit',
+    });
     const [first] = made.filter((r) => r.statusCode === 201);
     expect((await call('DELETE', `/partner/webhook-endpoints/${first!.json().id}`, keyC)).statusCode).toBe(204);
     expect((await call('POST', '/partner/webhook-endpoints', keyC, { url: hook.url })).statusCode).toBe(201);
