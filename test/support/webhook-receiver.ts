@@ -5,6 +5,7 @@ export interface ReceivedWebhook {
   headers: IncomingHttpHeaders;
   body: string;
   at: number;
+  answer: ReceiverAnswer;
 }
 
 /** What the receiver does with one request: answer a status (with headers), or never answer. */
@@ -24,8 +25,8 @@ export async function startReceiver(options: { host?: string; answers?: Receiver
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
-      received.push({ headers: request.headers, body: Buffer.concat(chunks).toString('utf8'), at: Date.now() });
       const answer = answers.shift() ?? otherwise;
+      received.push({ headers: request.headers, body: Buffer.concat(chunks).toString('utf8'), at: Date.now(), answer });
       if (answer === 'hang') {
         hanging.add(response);
         return;
