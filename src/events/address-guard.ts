@@ -97,7 +97,7 @@ export type Lookup = (hostname: string, options: { all?: boolean; family?: numbe
  * public: one private answer among public ones refuses the name (a rebinding name would otherwise
  * get the connection by racing it).
  */
-export function guardedLookup(allowed: BlockList | undefined, resolve: Lookup = dnsLookup as unknown as Lookup): Lookup {
+function guardedLookup(allowed: BlockList | undefined, resolve: Lookup = dnsLookup as unknown as Lookup): Lookup {
   return (hostname, options, callback) => {
     resolve(hostname, { ...options, all: true }, (error, addresses) => {
       if (error) return callback(error, options.all ? [] : '');

@@ -264,5 +264,3 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
     pollNow: poll,
   };
 }
-
-export type WebhookSender = ReturnType<typeof createWebhookSender>;

@@ -34,6 +34,8 @@ describe('the alert rule file', () => {
         'PartnerAgentStatusPodsNotReady',
         'PartnerAgentStatusRateLimitFailingOpen',
         'PartnerAgentStatusSpendManagementCredentialsRejected',
+        'PartnerAgentStatusWebhookDeliveriesBehind',
+        'PartnerAgentStatusWebhookEndpointDisabled',
       ].sort(),
     );
   });
@@ -101,6 +103,10 @@ describe('the alert rule file', () => {
       'PartnerAgentStatusDisablePending',
       // credentials rejected do not heal by themselves: any rejection counts
       'PartnerAgentStatusSpendManagementCredentialsRejected',
+      // the oldest due delivery's wait is itself the 10 minutes
+      'PartnerAgentStatusWebhookDeliveriesBehind',
+      // one endpoint disabled is the event to act on; the hour of increase() keeps it firing
+      'PartnerAgentStatusWebhookEndpointDisabled',
     ]);
   });
 
@@ -113,6 +119,8 @@ describe('the alert rule file', () => {
       'partner_requests_limited_total',
       'requests_shed_total',
       'rate_limit_store_errors_total',
+      'webhook_endpoints_disabled_total',
+      'webhook_deliveries_oldest_due_age_seconds',
     ]) {
       expect(read, name).toContain(name);
     }

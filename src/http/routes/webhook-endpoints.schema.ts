@@ -43,7 +43,7 @@ const endpointFields = {
   createdAt: Type.String({ format: 'date-time', description: 'When it was registered.' }),
 };
 
-export const WebhookEndpointView = Type.Object(endpointFields, {
+const WebhookEndpointView = Type.Object(endpointFields, {
   additionalProperties: false,
   description: 'A webhook endpoint of your network (its secret is shown only when created or rotated).',
 });
@@ -69,7 +69,7 @@ const Attempt = Type.Object(
   { additionalProperties: false },
 );
 
-export const DeliveryView = Type.Object(
+const DeliveryView = Type.Object(
   {
     id: Type.String({ format: 'uuid', description: 'The delivery (one event to one endpoint).' }),
     eventId: Type.String({ format: 'uuid', description: 'The event: the `webhook-id` header of every attempt.' }),
