@@ -56,6 +56,7 @@ export interface Config {
   worker: WorkerSettings;
   secretsManager: SecretsManagerSettings;
   webhooks: WebhookSettings;
+  events: EventsSettings;
 }
 
 /** Partner webhooks (docs/interfaces.md §14). */
@@ -72,6 +73,23 @@ export interface WebhookSettings {
   concurrency: number;
   /** WEBHOOK_POLL_INTERVAL_MS: how often the sender looks for due deliveries. */
   pollIntervalMs: number;
+}
+
+/** docs/interfaces.md §14: the outbox relay, and NATS JetStream when EVENTS_NATS_URL is set. */
+export interface EventsSettings {
+  /** EVENTS_NATS_URL (comma-separated servers); none: the relay only marks events relayed. */
+  natsUrl: string | undefined;
+  stream: string;
+  subjectPrefix: string;
+  createStream: boolean;
+  /** The CloudEvents `source`, a URI. */
+  source: string;
+  publishTimeoutMs: number;
+  relayPollIntervalMs: number;
+  relayBatchSize: number;
+  relayLeaseMs: number;
+  relayRetryDelayMs: number;
+  retentionMs: number;
 }
 
 /**
@@ -278,6 +296,41 @@ function webhookSettings(env: Env): WebhookSettings {
   };
 }
 
+/** CloudEvents `source` when EVENTS_SOURCE is not set. */
+export const defaultEventSource = 'urn:partner-agent-status';
+
+/** The events settings (docs/interfaces.md §14); the NATS names are checked as NATS takes them. */
+function eventsSettings(env: Env): EventsSettings {
+  const natsUrl = env.EVENTS_NATS_URL?.trim() || undefined;
+  if (natsUrl) for (const server of natsUrl.split(',')) url({ EVENTS_NATS_URL: server }, 'EVENTS_NATS_URL', ['nats:', 'tls:']);
+  const stream = env.EVENTS_STREAM?.trim() || 'PARTNER_AGENT_STATUS';
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(stream)) throw new ConfigError('EVENTS_STREAM must be 1 to 64 letters, digits, _ or -');
+  const subjectPrefix = env.EVENTS_SUBJECT_PREFIX?.trim() || 'partner-agent-status';
+  if (!/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(subjectPrefix)) {
+    throw new ConfigError('EVENTS_SUBJECT_PREFIX must be dot-separated tokens of letters, digits, _ or -');
+  }
+  const source = env.EVENTS_SOURCE?.trim() || defaultEventSource;
+  if (!URL.canParse(source)) throw new ConfigError('EVENTS_SOURCE must be an absolute URI');
+  const publishTimeoutMs = integer(env, 'EVENTS_PUBLISH_TIMEOUT_MS', 2_000, 10, 60_000);
+  const relayLeaseMs = integer(env, 'EVENTS_RELAY_LEASE_MS', 10_000, 100, 600_000);
+  if (relayLeaseMs <= publishTimeoutMs) {
+    throw new ConfigError(`EVENTS_RELAY_LEASE_MS (${relayLeaseMs}) must exceed EVENTS_PUBLISH_TIMEOUT_MS (${publishTimeoutMs})`);
+  }
+  return {
+    natsUrl,
+    stream,
+    subjectPrefix,
+    createStream: flag(env, 'EVENTS_CREATE_STREAM', false),
+    source,
+    publishTimeoutMs,
+    relayPollIntervalMs: integer(env, 'EVENTS_RELAY_POLL_INTERVAL_MS', 50, 5, 60_000),
+    relayBatchSize: integer(env, 'EVENTS_RELAY_BATCH_SIZE', 200, 1, 5_000),
+    relayLeaseMs,
+    relayRetryDelayMs: integer(env, 'EVENTS_RELAY_RETRY_DELAY_MS', 1_000, 10, 600_000),
+    retentionMs: integer(env, 'EVENTS_RETENTION_MS', 86_400_000, 0, 30 * 86_400_000),
+  };
+}
+
 /**
  * How much longer than the server's statement_timeout the client waits for an answer: a slow
  * statement still ends with the server's clean 57014, only a connection that stopped answering
@@ -379,5 +432,6 @@ function readConfig(env: Env): Config {
       requestTimeoutMs: integer(env, 'SECRETS_MANAGER_REQUEST_TIMEOUT_MS', 5_000, 100, 60_000),
       maxAttempts: integer(env, 'SECRETS_MANAGER_MAX_ATTEMPTS', 3, 1, 10),
     },
+    events: eventsSettings(env),
   };
 }

@@ -9,6 +9,8 @@ import { createKeySource } from './auth/configured-key-source.js';
 import { PartnerKeyStore } from './auth/partner-keys.js';
 import { type Config, statementClientMarginMs } from './config.js';
 import { allowedRanges, type Lookup, refusalOfUrl } from './events/address-guard.js';
+import { createNatsPublisher } from './events/nats-publisher.js';
+import { createOutboxRelay } from './events/outbox-relay.js';
 import { createWebhookSender } from './events/webhook-sender.js';
 import { buildApp } from './http/app.js';
 import { createReadiness } from './http/readiness.js';
@@ -20,6 +22,7 @@ import { type CampaignStateStore, createRedisCampaignState } from './stores/camp
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
 import { ServerFailover } from './stores/database-failover.js';
 import { createDisableQueue } from './stores/disable-queue.js';
+import { createEventOutbox, type EventOutbox } from './stores/event-outbox.js';
 import { createIdempotencyKeys } from './stores/idempotency-keys.js';
 import { createRedisClient, type RedisClient } from './stores/redis-clients.js';
 import { createSentPauses } from './stores/sent-pauses.js';
@@ -109,13 +112,14 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   // Named prepared statements, or unnamed ones behind a pooler (docs/interfaces.md §13).
   const statement = statementsFor(config.databasePooler);
   if (config.databasePooler !== 'none') await checkServerBounds(requestPool, config, logger);
-  const agents = createAgentRepository(requestPool, metrics, statement);
-  const queue = createDisableQueue(requestPool, metrics, checkPool, statement);
+  const eventSource = config.events.source;
+  const agents = createAgentRepository(requestPool, metrics, statement, eventSource);
+  const queue = createDisableQueue(requestPool, metrics, checkPool, statement, eventSource);
   const sentPauses = createSentPauses(requestPool, metrics);
   const workerStores = {
-    agents: createAgentRepository(workerPool, metrics, statement),
+    agents: createAgentRepository(workerPool, metrics, statement, eventSource),
     // The worker checks its claims on its own pool: it takes only what requests leave free.
-    queue: createDisableQueue(workerPool, metrics, workerPool, statement),
+    queue: createDisableQueue(workerPool, metrics, workerPool, statement, eventSource),
     sentPauses: createSentPauses(workerPool, metrics),
   };
   const idempotencyKeys = createIdempotencyKeys(requestPool, metrics, config.limits.idempotencyKeysPerNetwork, statement);
@@ -258,6 +262,30 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
   worker.start();
   webhookSender.start();
+  // The events relay (docs/interfaces.md §14), in every replica, with or without a broker; on the
+  // worker's pool, one statement at a time. Stopped before the pools close.
+  const { natsUrl, ...events } = config.events;
+  const publisher = natsUrl
+    ? resources.own('events publisher', createNatsPublisher({ url: natsUrl, ...events }, logger), (nats) => nats.close())
+    : undefined;
+  const relay = resources.own(
+    'events relay',
+    createOutboxRelay({
+      outbox: nudgingOnRelay(createEventOutbox(workerPool, metrics), webhookSender.nudge),
+      publisher,
+      settings: {
+        pollIntervalMs: events.relayPollIntervalMs,
+        batchSize: events.relayBatchSize,
+        leaseMs: events.relayLeaseMs,
+        retryDelayMs: events.relayRetryDelayMs,
+        retentionMs: events.retentionMs,
+      },
+      metrics,
+      log: logger,
+    }),
+    (eventsRelay) => eventsRelay.stop(),
+  );
+  relay.start();
 
   let closing: Promise<void> | undefined;
   // The service's one seam, for main.ts, npm run dev and the tests: the servers to listen on, and
@@ -279,6 +307,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     webhookDeliveries,
     /** The disable runs of this replica: active(agentId), idle(), settled(). */
     runner,
+    /** The events relay: relayNow() relays what is due at once. */
+    relay,
     breakers: { spendManagement: spendBreaker.breaker, redis: redisBreaker.breaker },
     /** Readiness turns 503 so endpoints stop routing here; requests are still served. */
     startDraining: readiness.startDraining,
@@ -332,6 +362,18 @@ async function checkServerBounds(pool: Parameters<typeof serverBounds>[0], confi
     { ...bounds, databaseStatementTimeoutMs: config.databaseStatementTimeoutMs },
     'behind the pooler, the database role does not bound statements as DATABASE_STATEMENT_TIMEOUT_MS says: set statement_timeout and idle_in_transaction_session_timeout on the role',
   );
+}
+
+/** The outbox, whose mark statement makes the webhook deliveries: the sender looks for them at once. */
+function nudgingOnRelay(outbox: EventOutbox, nudge: () => void): EventOutbox {
+  return {
+    ...outbox,
+    markRelayed: async (ids) => {
+      const marked = await outbox.markRelayed(ids);
+      if (marked > 0) nudge();
+      return marked;
+    },
+  };
 }
 
 const warnOf = (log: Logger) => (resource: string, reason: string) => log.warn({ resource, reason }, 'resource did not close cleanly');

@@ -231,6 +231,41 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
       help: 'PostgreSQL connections closed (idle) or marked to close on release (busy) because the replica left their server.',
       registers: [registry],
     }),
+    // The events of docs/interfaces.md §14 (src/events/outbox-relay.ts).
+    eventsOutboxBacklog: new Gauge({
+      name: 'events_outbox_backlog',
+      help: "Events committed and not relayed yet (rows of event_outbox), as last read by this replica's relay.",
+      registers: [registry],
+    }),
+    eventsOutboxOldestAge: new Gauge({
+      name: 'events_outbox_oldest_unrelayed_age_seconds',
+      help: "Age of the oldest event not relayed yet (0 when none), as last read by this replica's relay.",
+      registers: [registry],
+    }),
+    eventsPublishDuration: new Histogram({
+      name: 'events_publish_duration_seconds',
+      help: "Publishes of events to NATS JetStream that the stream acknowledged, from the publish to the stream's acknowledgement.",
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers: [registry],
+    }),
+    eventsRelayLag: new Histogram({
+      name: 'events_relay_lag_seconds',
+      help: "Events relayed, from their row's commit (the statement that wrote it) to the stream's acknowledgement (without a broker: to the relay's claim).",
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers: [registry],
+    }),
+    eventsPublished: new Counter({
+      name: 'events_published_total',
+      help: 'Events the stream acknowledged, by whether it already had their id (duplicate: published again after a mark was lost).',
+      labelNames: ['duplicate'] as const,
+      registers: [registry],
+    }),
+    eventsPublishFailures: new Counter({
+      name: 'events_publish_failures_total',
+      help: 'Publishes of events that were not acknowledged, by reason (not_connected, timeout, no_stream, rejected, invalid); the events wait in the outbox.',
+      labelNames: ['reason'] as const,
+      registers: [registry],
+    }),
     markGoodKeyLoad(keys: ServedKeys, at = Date.now()) {
       lastGoodKeyLoad = at;
       metrics.partnerKeysLoaded.set(keys.size);
@@ -251,6 +286,7 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   };
   // Known label sets start at 0, so the first event is an increase that rate() and increase() see.
   for (const reason of ['missing', 'unknown']) metrics.authFailures.inc({ reason }, 0);
+  for (const reason of ['not_connected', 'timeout', 'no_stream', 'rejected', 'invalid']) metrics.eventsPublishFailures.inc({ reason }, 0);
   for (const reason of ['read_only', 'terminated', 'connection_lost']) metrics.postgresFailovers.inc({ reason }, 0);
   for (const outcome of ['completed', 'incomplete', 'failed', 'superseded', 'stopped']) metrics.workerAttempts.inc({ outcome }, 0);
   for (const dependency of ['spend_management', 'redis', 'postgres']) metrics.campaignsNotConfirmed.inc({ dependency }, 0);

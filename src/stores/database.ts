@@ -11,10 +11,11 @@ import {
   sql,
 } from 'slonik';
 import { z } from 'zod';
-import { type DatabasePooler, statementClientMarginMs } from '../config.js';
+import { type DatabasePooler, defaultEventSource, statementClientMarginMs } from '../config.js';
 import { DependencyError, type DependencyFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { ServerFailover } from './database-failover.js';
+import { changeEvent, completionEvent } from './event-outbox.js';
 import { type Statement, statementsFor } from './statements.js';
 
 export interface PoolOptions {
@@ -292,24 +293,35 @@ export const seconds = (ms: number) => sql.fragment`make_interval(secs => ${ms /
  * conditional change sees every change committed before it.
  * Nothing that holds it waits for anything else: an enable takes it only once it has the agent row.
  */
-const changeLock = (agentId: string) => sql.fragment`pg_advisory_xact_lock(1885434739, hashtext(${agentId}))`;
+export const changeLock = (agentId: string) => sql.fragment`pg_advisory_xact_lock(1885434739, hashtext(${agentId}))`;
 
 /**
- * The CTEs `change` and `keyed` of a status change's statement: the change row, appended from the
- * CTE `serial` (after the change lock), and its id written to the idempotency key this request
- * holds, fenced by the claim (no key: no row matches).
+ * The CTEs `change`, `outboxed` and `keyed` of a status change's statement: the change row, appended
+ * from the CTE `serial` (after the change lock), its event (src/stores/event-outbox.ts), and its id
+ * written to the idempotency key this request holds, fenced by the claim (no key: no row matches).
  */
-const recordChange = (enabled: boolean, author: ChangeAuthor, claim: ChangeConditions['keyClaim']) => sql.fragment`change AS (
+const recordChange = (
+  enabled: boolean,
+  author: ChangeAuthor,
+  claim: ChangeConditions['keyClaim'],
+  eventSource: string,
+) => sql.fragment`change AS (
     INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name, request_id)
     SELECT agent_id, network_id, ${enabled}, ${author.partnerName}, ${author.requestId ?? null} FROM serial
-    RETURNING change_id
-  ), keyed AS (
+    RETURNING change_id, agent_id, network_id, enabled, agent_seq, changed_at
+  ), ${changeEvent(eventSource)}, keyed AS (
     UPDATE idempotency_keys k SET change_id = c.change_id FROM change c
     WHERE k.network_id = ${claim?.networkId ?? null}::uuid AND k.idempotency_key = ${claim?.key ?? null}
       AND k.claim_token = ${claim?.claimToken ?? null}::uuid
   )`;
 
-export function createAgentRepository(pool: DatabasePool, metrics: Metrics, statement: Statement = statementsFor('none')): AgentRepository {
+/** `eventSource`: the CloudEvents `source` of the events the statements write (EVENTS_SOURCE). */
+export function createAgentRepository(
+  pool: DatabasePool,
+  metrics: Metrics,
+  statement: Statement = statementsFor('none'),
+  eventSource: string = defaultEventSource,
+): AgentRepository {
   const timed = postgresCall(metrics);
   const unpausedOf = (agentId: string) => sql.fragment`c.agent_id = ${agentId} AND c.active AND NOT c.paused`;
 
@@ -328,7 +340,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics, stat
             -- order, agent row, change lock, pending row, so two of them never wait for each other.
             DELETE FROM pending_disables p USING serial WHERE p.agent_id = serial.agent_id
             RETURNING 1
-          ), ${recordChange(true, author, conditions.keyClaim)}
+          ), ${recordChange(true, author, conditions.keyClaim, eventSource)}
           SELECT EXISTS (SELECT 1 FROM cleared) AS superseded FROM agent`;
         const made = (row: z.infer<typeof enableRow> | null) => (row ? { supersededDisable: row.superseded } : false);
         if (!conditions.ifMatch) return made(await pool.maybeOne(change));
@@ -376,7 +388,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics, stat
                   trace_parent = EXCLUDED.trace_parent
               WHERE p.claim_token IS NULL OR p.next_attempt_at <= now()
             RETURNING 1
-          ), ${recordChange(false, author, conditions.keyClaim)}
+          ), ${recordChange(false, author, conditions.keyClaim, eventSource)}
           SELECT (SELECT change_id FROM change)::text AS change_id,
                  EXISTS (SELECT 1 FROM pending) AS claimed,
                  EXISTS (SELECT 1 FROM flagged) AS flagged,
@@ -467,7 +479,12 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics, stat
     markPaused: (agentId, campaignIds, claim, finish) =>
       timed('mark_campaigns_paused', async () => {
         const row = await pool.one(statement('pas_mark_campaigns_paused', markRow)`
-          WITH lockable AS (
+          WITH serial AS (
+            -- Only on what may be the run's last batch: the agent's change lock, before the pending
+            -- row's (the order of every statement), so that the completion event this statement may
+            -- write takes its place among the agent's changes (src/stores/event-outbox.ts).
+            SELECT ${changeLock(agentId)} AS locked WHERE ${finish}
+          ), lockable AS (
             -- Found by primary key only. SKIP LOCKED: a campaign row that another transaction
             -- holds is left for a later pass instead of holding back the batch (and its locks).
             SELECT c.campaign_id FROM campaigns c
@@ -487,14 +504,24 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics, stat
           ), finished AS (
             DELETE FROM pending_disables p
             WHERE p.agent_id = ${agentId} AND p.claim_token = ${claim.claimToken}::uuid
-              AND NOT (SELECT left_over FROM unfinished)
-            RETURNING 1
+              AND NOT (SELECT left_over FROM unfinished) AND EXISTS (SELECT 1 FROM serial)
+            RETURNING p.paused_count + (SELECT count(*) FROM moved)::int AS paused
+          ), completed AS (
+            SELECT ${completionEvent(agentId, sql.fragment`f.paused`, eventSource)} AS event_id FROM finished f
           ), renewed AS (
             -- Progress renews the lease: a run stuck on a statement or a call renews nothing, and
-            -- its claim passes to another replica when the lease runs out.
-            UPDATE pending_disables p SET next_attempt_at = now() + ${seconds(claim.leaseMs)}
+            -- its claim passes to another replica when the lease runs out. The campaigns it paused
+            -- count for the disable's completion event.
+            UPDATE pending_disables p
+            SET next_attempt_at = now() + ${seconds(claim.leaseMs)}, paused_count = p.paused_count + (SELECT count(*) FROM moved)::int
             WHERE p.agent_id = ${agentId} AND p.claim_token = ${claim.claimToken}::uuid
               AND (SELECT left_over FROM unfinished)
+          ), counted AS (
+            -- Campaigns paused by a call settled without the claim (the worker settling recorded
+            -- calls) or by a run whose claim passed on: on behalf of the agent's disable all the same.
+            UPDATE pending_disables p SET paused_count = p.paused_count + (SELECT count(*) FROM moved)::int
+            WHERE p.agent_id = ${agentId} AND p.claim_token IS DISTINCT FROM ${claim.claimToken}::uuid
+              AND EXISTS (SELECT 1 FROM moved)
           ), skipped AS (
             -- Looked up only for the ids the lock left out (none, almost always).
             SELECT c.campaign_id FROM campaigns c
@@ -510,7 +537,7 @@ export function createAgentRepository(pool: DatabasePool, metrics: Metrics, stat
           )
           SELECT (SELECT count(*) FROM moved)::int AS n,
                  ARRAY(SELECT campaign_id::text FROM skipped) AS skipped,
-                 EXISTS (SELECT 1 FROM finished) AS finished`);
+                 EXISTS (SELECT 1 FROM completed) AS finished`);
         return { moved: row.n, skipped: row.skipped, finished: row.finished };
       }),
 

@@ -1,7 +1,9 @@
 import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
+import { defaultEventSource } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
-import { type Lease, postgresCall, seconds } from './database.js';
+import { changeLock, type Lease, postgresCall, seconds } from './database.js';
+import { completionEvent } from './event-outbox.js';
 import type { SentBatch } from './sent-pauses.js';
 import { type Statement, statementsFor } from './statements.js';
 
@@ -87,13 +89,15 @@ export interface DisableQueue {
 /**
  * `checks` runs the claim checks and renewals (the statement inside every spend-management slot):
  * a pool of their own, so that a check never waits behind other runs' long batch statements while
- * it holds a slot. Every other statement runs on `pool`.
+ * it holds a slot. Every other statement runs on `pool`. `eventSource`: the CloudEvents `source` of
+ * the completion events (EVENTS_SOURCE).
  */
 export function createDisableQueue(
   pool: DatabasePool,
   metrics: Metrics,
   checks: DatabasePool = pool,
   statement: Statement = statementsFor('none'),
+  eventSource: string = defaultEventSource,
 ): DisableQueue {
   const timed = postgresCall(metrics);
   return {
@@ -147,17 +151,23 @@ export function createDisableQueue(
     finish: (agentId, claimToken) =>
       timed('finish_disable', async () => {
         const row = await pool.one(statement('pas_finish_disable', heldRow)`
-          WITH finished AS (
+          WITH serial AS (
+            -- The agent's change lock before the pending row's (the order of every statement): the
+            -- completion event takes its place among the agent's changes (src/stores/event-outbox.ts).
+            SELECT ${changeLock(agentId)} AS locked
+          ), finished AS (
             DELETE FROM pending_disables p
-            WHERE p.agent_id = ${agentId} AND p.claim_token = ${claimToken}::uuid
+            WHERE p.agent_id = ${agentId} AND p.claim_token = ${claimToken}::uuid AND EXISTS (SELECT 1 FROM serial)
               -- Through the function, not NOT EXISTS (… campaigns c WHERE agent …): from its sixth
               -- run on a connection PostgreSQL may plan a prepared statement once for any agent, and
               -- that generic plan, expecting thousands of unpaused campaigns per agent, scans the
               -- whole table for the first one: 40 ms for an agent that has none left.
               AND NOT EXISTS (SELECT 1 FROM public.unpaused_campaigns_after(${agentId}, NULL, 1))
-            RETURNING 1
+            RETURNING p.paused_count AS paused
+          ), completed AS (
+            SELECT ${completionEvent(agentId, sql.fragment`f.paused`, eventSource)} AS event_id FROM finished f
           )
-          SELECT EXISTS (SELECT 1 FROM finished) AS held`);
+          SELECT EXISTS (SELECT 1 FROM completed) AS held`);
         return row.held;
       }),
 

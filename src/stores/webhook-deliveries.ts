@@ -1,4 +1,4 @@
-import { type DatabasePool, sql } from 'slonik';
+import { type DatabasePool, type FragmentSqlToken, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
 import { postgresCall, seconds } from './database.js';
@@ -90,35 +90,48 @@ export interface WebhookDeliveryStore {
   stats(): Promise<{ pending: number; oldestDueAgeSeconds: number }>;
 }
 
+/**
+ * The CTE `webhook_deliveries_made` of a statement that hands events to the webhooks: one delivery
+ * per event of `events` (a query with columns id, network_id, type, body) and enabled endpoint of
+ * its network that takes its type; an event already delivered to an endpoint is not again. The
+ * outbox's mark statement includes it, so an event becomes relayed and gets its deliveries in one
+ * commit.
+ */
+export const deliveriesOf = (events: FragmentSqlToken) => sql.fragment`webhook_deliveries_made AS (
+    INSERT INTO webhook_deliveries (endpoint_id, network_id, event_id, event_type, body)
+    SELECT e.id, ev.network_id, ev.id, ev.type, ev.body
+    FROM (${events}) AS ev
+    JOIN webhook_endpoints e ON e.network_id = ev.network_id AND e.enabled
+      AND (e.event_types IS NULL OR ev.type = ANY (e.event_types))
+    ON CONFLICT (endpoint_id, event_id) DO NOTHING
+    RETURNING 1
+  )`;
+
 export function createWebhookDeliveryStore(pool: DatabasePool, metrics: Metrics): WebhookDeliveryStore {
   const timed = postgresCall(metrics);
   return {
     enqueue: (events) =>
       timed('enqueue_webhook_deliveries', async () => {
         if (events.length === 0) return 0;
+        const ids = sql.array(
+          events.map((e) => e.id),
+          'uuid',
+        );
+        const networks = sql.array(
+          events.map((e) => e.networkId),
+          'uuid',
+        );
+        const types = sql.array(
+          events.map((e) => e.type),
+          'text',
+        );
+        const bodies = sql.array(
+          events.map((e) => e.body),
+          'text',
+        );
         const row = await pool.one(sql.type(countRow)`
-          WITH made AS (
-            INSERT INTO webhook_deliveries (endpoint_id, network_id, event_id, event_type, body)
-            SELECT e.id, ev.network_id, ev.id, ev.type, ev.body
-            FROM unnest(${sql.array(
-              events.map((e) => e.id),
-              'uuid',
-            )}, ${sql.array(
-              events.map((e) => e.networkId),
-              'uuid',
-            )}, ${sql.array(
-              events.map((e) => e.type),
-              'text',
-            )}, ${sql.array(
-              events.map((e) => e.body),
-              'text',
-            )}) AS ev(id, network_id, type, body)
-            JOIN webhook_endpoints e ON e.network_id = ev.network_id AND e.enabled
-              AND (e.event_types IS NULL OR ev.type = ANY (e.event_types))
-            ON CONFLICT (endpoint_id, event_id) DO NOTHING
-            RETURNING 1
-          )
-          SELECT count(*)::int AS n FROM made`);
+          WITH ${deliveriesOf(sql.fragment`SELECT * FROM unnest(${ids}, ${networks}, ${types}, ${bodies}) AS ev(id, network_id, type, body)`)}
+          SELECT count(*)::int AS n FROM webhook_deliveries_made`);
         return row.n;
       }),
     claimDue: (owner, leaseMs, limit, { perEndpoint, perNetwork }) =>

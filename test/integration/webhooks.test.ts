@@ -136,6 +136,27 @@ describe('a completion reaches the endpoint signed per Standard Webhooks', () =>
     await until(async () => (await deliveries(keyA, endpoint.id))[0]?.state === 'succeeded', 'delivery not recorded as succeeded');
   });
 
+  it('a disable that completes reaches the endpoint through the outbox, as its CloudEvent', async () => {
+    await clearEndpoints(keyA);
+    const hook = await receiver();
+    const endpoint = await register(keyA, hook.url, ['agent.disable.completed']);
+    const agentId = await db.agent(networkA);
+    await db.campaigns(agentId, 2);
+    const disabled = await svc.setStatus(keyA, agentId, false);
+    expect(disabled.statusCode, disabled.body).toBe(200);
+    const [got] = await until(() => hook.received.length > 0 && hook.received, 'the completion did not arrive');
+    const event = new Webhook(endpoint.secret).verify(got!.body, got!.headers as Record<string, string>) as Record<string, unknown>;
+    expect(event).toMatchObject({
+      specversion: '1.0',
+      id: got!.headers['webhook-id'],
+      type: expect.stringMatching(/\.agent\.disable\.completed$/),
+      subject: agentId,
+      data: { agentId, networkId: networkA, enabled: false, pausedCampaignCount: 2 },
+    });
+    // Only the subscribed type: the disable's own agent.disabled event was not sent here.
+    expect(hook.received).toHaveLength(1);
+  });
+
   it('delivers only the event types an endpoint subscribed to', async () => {
     await clearEndpoints(keyA);
     const hook = await receiver();

@@ -1,0 +1,148 @@
+import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
+import { connect, type NatsConnection, nanos } from '@nats-io/transport-node';
+import type { Logger } from 'pino';
+import type { OutboxEvent } from '../stores/event-outbox.js';
+
+/** EVENTS_* (docs/interfaces.md §14). */
+export interface NatsSettings {
+  url: string;
+  stream: string;
+  subjectPrefix: string;
+  /** EVENTS_CREATE_STREAM: create the stream when it is missing (otherwise the operator's). */
+  createStream: boolean;
+  publishTimeoutMs: number;
+}
+
+/** Why a publish was not acknowledged, for `events_publish_failures_total{reason}`. */
+export type PublishFailure = 'not_connected' | 'timeout' | 'no_stream' | 'rejected' | 'invalid';
+
+export class PublishError extends Error {
+  override readonly name = 'PublishError';
+  constructor(
+    readonly reason: PublishFailure,
+    detail: string,
+  ) {
+    super(`${reason}: ${detail}`);
+  }
+}
+
+export interface EventPublisher {
+  /** Resolves on the stream's acknowledgement (`duplicate`: the stream had the id already); throws a PublishError otherwise. */
+  publish(event: OutboxEvent): Promise<{ duplicate: boolean }>;
+  close(): Promise<void>;
+}
+
+/** `<prefix>.<networkId>.<type>`, the type without the project's prefix (docs/interfaces.md §14). */
+const subjectOf = (prefix: string, event: Pick<OutboxEvent, 'networkId' | 'type'>) => `${prefix}.${event.networkId}.${event.type}`;
+
+/**
+ * The JetStream side of the relay. It connects in the background and keeps reconnecting for ever,
+ * so a broker that is down at start or later never stops the service: a publish meanwhile fails
+ * fast (`not_connected`) and the event waits in the outbox. Every publish carries the event id as
+ * `Nats-Msg-Id`, so the stream drops a repeat (a relay killed between the acknowledgement and the
+ * mark publishes again) within its duplicate window.
+ */
+export function createNatsPublisher(settings: NatsSettings, log: Logger): EventPublisher {
+  let connection: NatsConnection | undefined;
+  /** False between a disconnect and the reconnect: publishes fail at once rather than wait out their time-out. */
+  let linked = false;
+  let closed = false;
+  let retry: NodeJS.Timeout | undefined;
+  let connecting: Promise<void> | undefined;
+
+  async function ensureStream(nc: NatsConnection): Promise<void> {
+    if (!settings.createStream) return;
+    const manager = await jetstreamManager(nc, { timeout: settings.publishTimeoutMs });
+    try {
+      await manager.streams.info(settings.stream);
+    } catch {
+      await manager.streams.add({
+        name: settings.stream,
+        subjects: [`${settings.subjectPrefix}.>`],
+        storage: StorageType.File,
+        duplicate_window: nanos(120_000),
+      });
+      log.info({ stream: settings.stream }, 'events stream created');
+    }
+  }
+
+  function open(): void {
+    if (closed || connecting) return;
+    connecting = (async () => {
+      try {
+        const nc = await connect({
+          servers: settings.url.split(','),
+          name: 'partner-agent-status',
+          maxReconnectAttempts: -1,
+          reconnectTimeWait: 1_000,
+          timeout: settings.publishTimeoutMs,
+        });
+        if (closed) {
+          await nc.close();
+          return;
+        }
+        await ensureStream(nc).catch((error: unknown) => {
+          log.warn({ stream: settings.stream, reason: (error as Error).message }, 'could not create the events stream');
+        });
+        connection = nc;
+        linked = true;
+        log.info('connected to NATS for events');
+        void (async () => {
+          for await (const status of nc.status()) {
+            if (status.type === 'disconnect') {
+              linked = false;
+              log.warn('lost the NATS connection for events; reconnecting');
+            } else if (status.type === 'reconnect') {
+              linked = true;
+              log.info('reconnected to NATS for events');
+            }
+          }
+        })().catch(() => undefined);
+        void nc.closed().then(() => {
+          if (connection === nc) connection = undefined;
+          if (!closed) open();
+        });
+      } catch (error) {
+        log.warn({ reason: (error as Error).message }, 'could not connect to NATS for events; trying again');
+        retry = setTimeout(open, 1_000);
+      } finally {
+        connecting = undefined;
+      }
+    })();
+  }
+  open();
+
+  return {
+    async publish(event) {
+      const nc = connection;
+      if (!nc || !linked || nc.isClosed()) throw new PublishError('not_connected', 'no connection to NATS');
+      const js = jetstream(nc, { timeout: settings.publishTimeoutMs });
+      try {
+        const ack = await js.publish(subjectOf(settings.subjectPrefix, event), JSON.stringify(event.event), {
+          msgID: event.id,
+          timeout: settings.publishTimeoutMs,
+        });
+        return { duplicate: ack.duplicate };
+      } catch (error) {
+        throw classify(error);
+      }
+    },
+    async close() {
+      closed = true;
+      clearTimeout(retry);
+      await connecting;
+      const nc = connection;
+      connection = undefined;
+      if (nc) await nc.close().catch(() => undefined);
+    },
+  };
+}
+
+function classify(error: unknown): PublishError {
+  const name = (error as Error).name ?? '';
+  const message = (error as Error).message ?? '';
+  if (name === 'TimeoutError' || /timeout/i.test(message)) return new PublishError('timeout', message);
+  if (name === 'NoRespondersError' || /no responders/i.test(message)) return new PublishError('no_stream', message);
+  if (/closed|disconnect|connection/i.test(`${name} ${message}`)) return new PublishError('not_connected', message);
+  return new PublishError('rejected', message.slice(0, 200));
+}
