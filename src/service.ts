@@ -301,7 +301,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     keySource,
     /** The convergence worker: pollNow() runs one poll at once. */
     worker,
-    /** The webhook sender: nudge() looks for due deliveries at once; pollNow() runs one poll (tests). */
+    /** The webhook sender: nudge() looks for due deliveries at once. */
     webhookSender,
     /** The webhook deliveries: enqueue() makes deliveries of events (the outbox relay; tests). */
     webhookDeliveries,

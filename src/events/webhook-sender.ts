@@ -15,6 +15,8 @@ const perEndpointInFlight = 4;
 const responseReadCap = 64 * 1024;
 /** An endpoint whose every attempt failed for this long is disabled. */
 const disableAfterFailingMs = 5 * 24 * 3600 * 1000;
+/** How long a nudge waits, so that slots freed together are filled by one claim. */
+const nudgeDelayMs = 5;
 /** The longest Retry-After the sender honours. */
 const maxRetryAfterMs = 24 * 3600 * 1000;
 
@@ -96,6 +98,7 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
   let timer: NodeJS.Timeout | undefined;
   let polling: Promise<void> | undefined;
   let pollAgain = false;
+  let nudged: NodeJS.Timeout | undefined;
   let stopped = true;
 
   async function send(claim: ClaimedDelivery): Promise<{ outcome: AttemptOutcome; statusCode: number | null; retryAfter?: number }> {
@@ -192,13 +195,21 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
     running.add(run);
   }
 
-  async function poll(): Promise<void> {
+  /**
+   * Claims what is due, up to the free slots. `withStats` (the timed polls) first reads the figures
+   * of the gauges, and claims only when something is pending; a nudge (an attempt ended, events
+   * were relayed) claims at once.
+   */
+  async function poll(withStats = true): Promise<void> {
     try {
-      const stats = await store.stats();
-      metrics.webhooks.pending.set(stats.pending);
-      metrics.webhooks.oldestDueAge.set(stats.oldestDueAgeSeconds);
+      if (withStats) {
+        const stats = await store.stats();
+        metrics.webhooks.pending.set(stats.pending);
+        metrics.webhooks.oldestDueAge.set(stats.oldestDueAgeSeconds);
+        if (stats.pending === 0) return;
+      }
       const free = settings.concurrency - running.size;
-      if (stopped || free <= 0 || stats.pending === 0) return;
+      if (stopped || free <= 0) return;
       const claims = await store.claimDue(deps.owner, leaseMs, free, { perEndpoint: perEndpointInFlight, perNetwork: perNetworkInFlight });
       for (const claim of claims) start(claim);
     } catch (error) {
@@ -206,28 +217,35 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
     }
   }
 
-  function runPoll(): void {
-    polling = poll().finally(() => {
+  function runPoll(withStats: boolean): void {
+    polling = poll(withStats).finally(() => {
       polling = undefined;
       if (pollAgain && !stopped) {
         pollAgain = false;
-        runPoll();
+        runPoll(false);
       }
     });
   }
 
-  /** A poll as soon as the one under way (if any) ends: new deliveries, or a free slot. */
+  /**
+   * A claim soon (new deliveries, or a free slot): after a few milliseconds, so that the slots
+   * freed meanwhile are filled by one claim; after the poll under way when there is one.
+   */
   function nudge(): void {
-    if (stopped) return;
-    if (polling) pollAgain = true;
-    else runPoll();
+    if (stopped || nudged) return;
+    nudged = setTimeout(() => {
+      nudged = undefined;
+      if (polling) pollAgain = true;
+      else runPoll(false);
+    }, nudgeDelayMs);
   }
 
   function schedule(): void {
     if (stopped) return;
     timer = setTimeout(
       () => {
-        nudge();
+        if (polling) pollAgain = true;
+        else runPoll(true);
         schedule();
       },
       settings.pollIntervalMs * (0.5 + Math.random()),
@@ -237,7 +255,7 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
   return {
     start(): void {
       stopped = false;
-      nudge();
+      runPoll(true);
       schedule();
     },
     nudge,
@@ -248,6 +266,7 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
     async stop(deadline = performance.now()): Promise<void> {
       stopped = true;
       clearTimeout(timer);
+      clearTimeout(nudged);
       await polling;
       const late = setTimeout(() => shutdown.abort(), Math.max(0, deadline - performance.now()));
       while (running.size > 0) await Promise.allSettled([...running]);
@@ -256,11 +275,5 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
       if (released > 0) log.info({ count: released }, 'released webhook deliveries for another replica');
       await agent.close();
     },
-    /** Resolves when every attempt this sender started has ended (tests). */
-    async drained(): Promise<void> {
-      while (running.size > 0 || polling) await Promise.allSettled([...running, polling]);
-    },
-    /** Runs one poll now (tests). */
-    pollNow: poll,
   };
 }

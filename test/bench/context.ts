@@ -17,6 +17,7 @@ import { startOtlpSink } from './otlp-sink.js';
 import type { FloodFigures } from './phases/flood.js';
 import type { PreferFigures } from './phases/prefer.js';
 import type { StatementCost } from './phases/statements.js';
+import type { WebhookFigures } from './phases/webhooks.js';
 import { type Child, pinLoadGenerator, pinning, root, startPinned, tail } from './processes.js';
 import { describeMachine, type Machine } from './report.js';
 
@@ -67,6 +68,8 @@ export interface Results {
   prefer?: PreferFigures;
   /** Named against unnamed statements (phases/statements.ts). */
   statements: StatementCost[];
+  /** Partner webhooks (phases/webhooks.ts). */
+  webhooks?: WebhookFigures;
 }
 
 /** A service process started the way `npm start` starts it. */

@@ -17,6 +17,7 @@ export const phases = [
   'fairness',
   'concurrent',
   'statements',
+  'webhooks',
 ] as const;
 export type Phase = (typeof phases)[number];
 

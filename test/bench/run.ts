@@ -30,6 +30,7 @@ import { overTheLimit } from './phases/rate-limited.js';
 import { statementCosts } from './phases/statements.js';
 import { sampledEnable, tracedEnable } from './phases/tracing.js';
 import { unknownKeys } from './phases/unauthorized.js';
+import { webhooksPhase } from './phases/webhooks.js';
 import { memoryOf, root } from './processes.js';
 import { renderTable, verdictOf, writeResults } from './report.js';
 import { tableRows } from './rows.js';
@@ -90,6 +91,8 @@ if (up) {
   if (selected('concurrent')) await phase(ctx, 'disables under load', () => disablesUnderLoad(ctx, up));
   await stopMainService(up);
 }
+// After the main service stopped: its sender may not reach the receiver on 127.0.0.1.
+if (selected('webhooks')) await webhooksPhase(ctx);
 
 // ---------------------------------------------------------------------------------------------
 // The table
@@ -110,6 +113,7 @@ const written = writeResults(join(root, 'test/bench/results'), quick || only !==
   fairness: results.fairness,
   flood: results.flood,
   statements: results.statements,
+  webhooks: results.webhooks,
   processes: results.processes,
   tracingExport: results.exported,
   failures: results.failures,
