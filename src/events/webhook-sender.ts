@@ -15,6 +15,10 @@ const perEndpointInFlight = 4;
 const responseReadCap = 64 * 1024;
 /** An endpoint whose every attempt failed for this long is disabled. */
 const disableAfterFailingMs = 5 * 24 * 3600 * 1000;
+/** How long a finished delivery stays in the history (and can be sent again). */
+const retentionMs = 30 * 24 * 3600 * 1000;
+const pruneIntervalMs = 60_000;
+const pruneBatch = 500;
 /** How long a nudge waits, so that slots freed together are filled by one claim. */
 const nudgeDelayMs = 5;
 /** The longest Retry-After the sender honours. */
@@ -99,6 +103,7 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
   let polling: Promise<void> | undefined;
   let pollAgain = false;
   let nudged: NodeJS.Timeout | undefined;
+  let lastPrune = Number.NEGATIVE_INFINITY;
   let stopped = true;
 
   async function send(claim: ClaimedDelivery): Promise<{ outcome: AttemptOutcome; statusCode: number | null; retryAfter?: number }> {
@@ -202,6 +207,11 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
    */
   async function poll(withStats = true): Promise<void> {
     try {
+      if (withStats && performance.now() - lastPrune >= pruneIntervalMs) {
+        lastPrune = performance.now();
+        const pruned = await store.prune(retentionMs, pruneBatch);
+        if (pruned > 0) log.info({ count: pruned }, 'finished webhook deliveries older than 30 days deleted');
+      }
       if (withStats) {
         const stats = await store.stats();
         metrics.webhooks.pending.set(stats.pending);

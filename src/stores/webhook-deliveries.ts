@@ -86,6 +86,8 @@ export interface WebhookDeliveryStore {
   ): Promise<{ recorded: boolean; state: string | null; disabled: 'gone' | 'failing' | null }>;
   /** Gives back at once every lease this replica holds (clean shutdown). */
   releaseOwned(owner: string): Promise<number>;
+  /** Deletes up to `limit` deliveries (with their attempts) that ended more than `retentionMs` ago; how many. */
+  prune(retentionMs: number, limit: number): Promise<number>;
   /** Deliveries waiting for an attempt (enabled endpoints), and how long the oldest due one has waited. */
   stats(): Promise<{ pending: number; oldestDueAgeSeconds: number }>;
 }
@@ -227,6 +229,21 @@ export function createWebhookDeliveryStore(pool: DatabasePool, metrics: Metrics)
             RETURNING 1
           )
           SELECT count(*)::int AS n FROM released`);
+        return row.n;
+      }),
+    prune: (retentionMs, limit) =>
+      timed('prune_webhook_deliveries', async () => {
+        const row = await pool.one(sql.type(countRow)`
+          WITH pruned AS (
+            DELETE FROM webhook_deliveries
+            WHERE id = ANY (ARRAY(
+              SELECT id FROM webhook_deliveries
+              WHERE state <> 'pending' AND updated_at < now() - ${seconds(retentionMs)}
+              ORDER BY updated_at LIMIT ${limit}
+              FOR UPDATE SKIP LOCKED))
+            RETURNING 1
+          )
+          SELECT count(*)::int AS n FROM pruned`);
         return row.n;
       }),
     stats: () =>

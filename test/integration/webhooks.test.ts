@@ -256,6 +256,34 @@ describe('disabling', () => {
   });
 });
 
+describe('history', () => {
+  it('finished deliveries are kept 30 days, then pruned with their attempts; pending ones never', async () => {
+    await clearEndpoints(keyA);
+    const hook = await receiver({ answers: [200] });
+    const endpoint = await register(keyA, hook.url);
+    await svc.service.webhookDeliveries.enqueue([completionEvent(networkA)]);
+    const [done] = await until(async () => {
+      const list = await deliveries(keyA, endpoint.id);
+      return list[0]?.state === 'succeeded' && list;
+    }, 'not delivered');
+    hook.answerWith('hang');
+    const thirtyDays = 30 * 24 * 3600 * 1000;
+    await db.pool.query(`UPDATE webhook_deliveries SET updated_at = now() - interval '29 days' WHERE id = $1`, [done!.id]);
+    expect(await svc.service.webhookDeliveries.prune(thirtyDays, 100)).toBe(0);
+    await db.pool.query(`UPDATE webhook_deliveries SET updated_at = now() - interval '31 days' WHERE id = $1`, [done!.id]);
+    const pending = completionEvent(networkA);
+    await db.pool.query(
+      `INSERT INTO webhook_deliveries (endpoint_id, network_id, event_id, event_type, body, next_attempt_at, updated_at)
+       VALUES ($1, $2, $3, 'agent.disabled', '{}', now() + interval '1 hour', now() - interval '40 days')`,
+      [endpoint.id, networkA, pending.id],
+    );
+    expect(await svc.service.webhookDeliveries.prune(thirtyDays, 100)).toBe(1);
+    expect((await deliveries(keyA, endpoint.id)).map((d) => d.eventId)).toEqual([pending.id]);
+    const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM webhook_delivery_attempts WHERE delivery_id = $1', [done!.id]);
+    expect(rows[0].n).toBe(0);
+  });
+});
+
 describe('secret rotation', () => {
   it('during the overlap both the old and the new secret verify every delivery', async () => {
     await clearEndpoints(keyA);

@@ -60,6 +60,8 @@ CREATE TABLE IF NOT EXISTS webhook_deliveries (
 -- The sender's claim: due deliveries of one endpoint, oldest first; and those under a lease.
 CREATE INDEX IF NOT EXISTS webhook_deliveries_due_idx ON webhook_deliveries (endpoint_id, next_attempt_at) WHERE state = 'pending';
 CREATE INDEX IF NOT EXISTS webhook_deliveries_leased_idx ON webhook_deliveries (endpoint_id) WHERE state = 'pending' AND claim_token IS NOT NULL;
+-- Finished deliveries by age, for the sender's pruning.
+CREATE INDEX IF NOT EXISTS webhook_deliveries_finished_idx ON webhook_deliveries (updated_at) WHERE state <> 'pending';
 -- The delivery history of an endpoint, newest first.
 CREATE INDEX IF NOT EXISTS webhook_deliveries_history_idx ON webhook_deliveries (endpoint_id, created_at DESC);
 
