@@ -67,7 +67,8 @@ export const CloudEvent = Type.Union(
     ),
   ],
   {
-    $id: 'https://partner-agent-status/schemas/event.schema.json',
+    $schema: 'https://json-schema.org/draft/2020-12/schema',
+    $id: 'urn:partner-agent-status:schemas:event',
     title: 'Partner agent status event',
     description: 'A CloudEvents 1.0 event in structured JSON mode: an agent disabled or enabled, or a disable completed.',
   },

@@ -338,10 +338,11 @@ export function createAgentRepository(
           ), cleared AS (
             -- After the change lock (from serial): every statement takes the agent's locks in one
             -- order, agent row, change lock, pending row, so two of them never wait for each other.
-            DELETE FROM pending_disables p USING serial WHERE p.agent_id = serial.agent_id
-            RETURNING 1
+            -- Through the function (migration 015), whose snapshot also shows a disable committed
+            -- while this statement waited for the change lock: that disable, too, is superseded.
+            SELECT public.supersede_pending_disable(serial.agent_id) AS superseded FROM serial
           ), ${recordChange(true, author, conditions.keyClaim, eventSource)}
-          SELECT EXISTS (SELECT 1 FROM cleared) AS superseded FROM agent`;
+          SELECT coalesce((SELECT superseded FROM cleared), false) AS superseded FROM agent`;
         const made = (row: z.infer<typeof enableRow> | null) => (row ? { supersededDisable: row.superseded } : false);
         if (!conditions.ifMatch) return made(await pool.maybeOne(change));
         const ifMatch = conditions.ifMatch;

@@ -19,6 +19,7 @@ import { ConfigMap, Pod, Secret, Service, ServiceAccount } from 'kubernetes-mode
 
 import { validateBackendTrafficPolicy } from './envoy-gateway.js';
 import { type HelmBinary, type HelmMajor, helmBinaries, helmBinary } from './helm-binaries.js';
+import { validateNackStream } from './nack-stream.js';
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 export const chartDir = join(repoRoot, 'charts', 'partner-agent-status');
@@ -179,6 +180,7 @@ const models: Record<string, ModelClass> = {
 /** Kinds with no model package that fits: checked against their CRD's schema (a test fixture). */
 const crdSchemas: Record<string, (object: unknown) => void> = {
   'gateway.envoyproxy.io/v1alpha1/BackendTrafficPolicy': validateBackendTrafficPolicy,
+  'jetstream.nats.io/v1beta2/Stream': validateNackStream,
 };
 
 /** Validates one object against its schema; throws naming the object on any problem. */

@@ -215,11 +215,20 @@ describe.each(helms)('%s', (_helm, binary) => {
     });
   });
 
-  it('renders every rule of ci/everything-values.yaml in order: DNS, data stores, spend management, collector, extra', () => {
+  it('renders every rule of ci/everything-values.yaml in order: DNS, data stores, spend management, collector, NATS, extra', () => {
     const rules = egress({ values: ['ci/everything-values.yaml'] });
-    expect(rules.map(ports)).toEqual(['53/UDP,53/TCP', '5432/TCP', '6379/TCP', '8080/TCP', '4318/TCP', '9000/TCP']);
+    expect(rules.map(ports)).toEqual(['53/UDP,53/TCP', '5432/TCP', '6379/TCP', '8080/TCP', '4318/TCP', '4222/TCP', '9000/TCP']);
     expect(rules[1]?.to).toEqual([{ ipBlock: { cidr: '10.20.0.0/16' } }]);
     expect(rules[4]?.to).toEqual([{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'observability' } } }]);
-    expect(rules[5]?.to).toEqual([{ ipBlock: { cidr: '10.30.0.0/16' } }]);
+    expect(rules[5]?.to).toEqual([{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'nats' } } }]);
+    expect(rules[6]?.to).toEqual([{ ipBlock: { cidr: '10.30.0.0/16' } }]);
+  });
+
+  it('opens NATS (events.natsUrl) only while it is set, at 4222 unless the URL names a port', () => {
+    expect(egress({}).map(ports)).not.toContain('4222/TCP');
+    expect(ruleFor({ set: ['events.natsUrl=nats://10.40.0.7'] }, '4222/TCP')?.to).toEqual([{ ipBlock: { cidr: '10.40.0.7/32' } }]);
+    expect(ruleFor({ set: ['events.natsUrl=nats://nats.nats.svc:7422'] }, '7422/TCP')?.to).toEqual([
+      { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'nats' } } },
+    ]);
   });
 });

@@ -13,7 +13,7 @@ const fixture = new URL('./fixtures/envoy-gateway-backendtrafficpolicy.schema.js
 type Schema = { [keyword: string]: unknown };
 
 /** Every object schema that lists its properties refuses the others, as pruning would drop them. */
-function closed(schema: unknown): unknown {
+export function closed(schema: unknown): unknown {
   if (Array.isArray(schema)) return schema.map(closed);
   if (schema === null || typeof schema !== 'object') return schema;
   const copy: Schema = {};
@@ -38,7 +38,7 @@ ajv.addKeyword({ keyword: 'rule', schemaType: 'string' });
 
 const validate = ajv.compile(closed(JSON.parse(readFileSync(fixture, 'utf8'))) as Schema);
 
-function describeErrors(errors: ErrorObject[] | null | undefined): string {
+export function describeErrors(errors: ErrorObject[] | null | undefined): string {
   return (errors ?? []).map((error) => `${error.instancePath || '/'} ${error.message ?? ''} ${JSON.stringify(error.params)}`).join('; ');
 }
 

@@ -63,6 +63,7 @@ describe('rendered objects', () => {
         'Service',
         'ServiceAccount',
         'ServiceMonitor',
+        'Stream',
       ].sort(),
     );
   });
@@ -106,6 +107,18 @@ describe('the schema check itself', () => {
       spec: { ports: [{ name: 'http', port: 'eighty' }] },
     };
     expect(() => validateObject(broken)).toThrow(/v1\/Service broken is invalid/);
+  });
+
+  it('checks the NACK Stream against its CRD: an unknown storage or a misspelt field is invalid', () => {
+    const stream = (spec: Record<string, unknown>): K8sObject => ({
+      apiVersion: 'jetstream.nats.io/v1beta2',
+      kind: 'Stream',
+      metadata: { name: 'events' },
+      spec: { name: 'EVENTS', subjects: ['events.>'], ...spec },
+    });
+    expect(() => validateObject(stream({ storage: 'file', replicas: 3 }))).not.toThrow();
+    expect(() => validateObject(stream({ storage: 'disk' }))).toThrow(/jetstream.nats.io\/v1beta2\/Stream events is invalid/);
+    expect(() => validateObject(stream({ replica: 3 }))).toThrow(/is invalid/);
   });
 
   it('checks Gateway API objects too: an HTTPRoute time-out that is not a Gateway API duration is invalid', () => {

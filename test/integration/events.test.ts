@@ -199,6 +199,36 @@ describe('the relay never skips an event committed late', () => {
   });
 });
 
+describe('an enable that waited for the change lock', () => {
+  it('supersedes a disable committed meanwhile: its pending row is deleted, and no completion follows the enable', async () => {
+    const agentId = await db.agent(networkId);
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('SELECT pg_advisory_lock(1885434739, hashtext($1))', [agentId]);
+      const enabling = svc.setStatus(key, agentId, true);
+      await waitFor(
+        async () => {
+          const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted");
+          return rows[0].n > 0;
+        },
+        { timeoutMs: 5_000, intervalMs: 10, failure: 'the enable never waited for the change lock' },
+      );
+      // A disable's pending row, committed after the enable's statement began and before it has the lock.
+      await holder.query(
+        "INSERT INTO pending_disables (agent_id, requested_at, next_attempt_at) VALUES ($1, now(), now() + interval '1 hour')",
+        [agentId],
+      );
+      await holder.query('SELECT pg_advisory_unlock(1885434739, hashtext($1))', [agentId]);
+      expect((await enabling).statusCode).toBe(200);
+    } finally {
+      await holder.query('SELECT pg_advisory_unlock_all()');
+      holder.release();
+    }
+    const { rows } = await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
+    expect(rows).toEqual([]);
+  });
+});
+
 describe('a broker that is down', () => {
   it('fails and delays no change for 10 s, and every event arrives in per-agent order once it is back', async () => {
     const agents = await Promise.all(Array.from({ length: 4 }, () => db.agent(networkId)));

@@ -23,6 +23,7 @@ describe('the alert rule file', () => {
         'PartnerAgentStatusCampaignsUnsettled',
         'PartnerAgentStatusCircuitBreakerOpen',
         'PartnerAgentStatusDisablePending',
+        'PartnerAgentStatusEventsNotRelayed',
         'PartnerAgentStatusHigh5xxRatio',
         'PartnerAgentStatusKeyExpiring',
         'PartnerAgentStatusKeyReloadFailing',
@@ -101,6 +102,8 @@ describe('the alert rule file', () => {
       'PartnerAgentStatusCircuitBreakerOpen',
       // the oldest pending disable's age is itself the 5 minutes
       'PartnerAgentStatusDisablePending',
+      // the oldest unrelayed event's age is itself the 2 minutes
+      'PartnerAgentStatusEventsNotRelayed',
       // credentials rejected do not heal by themselves: any rejection counts
       'PartnerAgentStatusSpendManagementCredentialsRejected',
       // the oldest due delivery's wait is itself the 10 minutes
@@ -115,6 +118,7 @@ describe('the alert rule file', () => {
     for (const name of [
       'pending_disables_oldest_age_seconds',
       'unsettled_campaigns_oldest_age_seconds',
+      'events_outbox_oldest_unrelayed_age_seconds',
       'spend_management_auth_failures_total',
       'partner_requests_limited_total',
       'requests_shed_total',

@@ -9,7 +9,8 @@
 // - every disabled agent converges within 60 s of healing, with no request;
 // - no pause call starts after an enable answered (unless a later disable was recorded; a call
 //   sent again with its own key, to complete it, is not a new one);
-// - exactly one change row per request that reached its statement.
+// - exactly one change row per request that reached its statement;
+// - every committed change and completion has exactly one event on the stream, in order per agent.
 // The seed is printed so that a failure can be replayed: CHAOS_SEED=<n> CHAOS_SECONDS=<s>;
 // CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY=<n> runs the replicas with that many spend-management slots.
 // The suite is defined here once and run by one test file per Redis topology.
@@ -22,6 +23,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { disagreements } from './agreement.js';
 import { newApiKey, testDatabase } from './data.js';
 import { databaseUrl } from './database-url.js';
+import { eventStreamProblems } from './event-stream-check.js';
+import { type NatsServer, startNatsServer } from './nats-server.js';
 import { startPgBouncer } from './pgbouncer.js';
 import { freePort, startServiceProcess } from './process.js';
 import { processEnvironment } from './process-environment.js';
@@ -203,6 +206,7 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
 
   let redis: RedisStage;
   let bouncer: Awaited<ReturnType<typeof startPgBouncer>> | undefined;
+  let nats: NatsServer;
   const started: Array<{ close(): Promise<void> }> = [];
   let environment: Awaited<ReturnType<typeof processEnvironment>>;
   const partners: Partner[] = [];
@@ -220,6 +224,7 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       bouncer = await startPgBouncer(databaseUrl(), { poolSize: 4 });
     }
 
+    nats = await startNatsServer();
     const random = generator(seed);
     for (let n = 0; n < 2; n += 1) {
       const partner: Partner = { key: newApiKey(), networkId: await db.network(), name: `chaos-${n}`, agents: [] };
@@ -249,6 +254,8 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
         REDIS_COMMAND_TIMEOUT_MS: '300',
         BREAKER_RESET_TIMEOUT_MS: '1000',
         DISABLES_IN_FLIGHT_PER_NETWORK: '16',
+        EVENTS_NATS_URL: nats.url,
+        EVENTS_CREATE_STREAM: 'true',
         ...(process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY
           ? { SPEND_MANAGEMENT_MAX_CONCURRENCY: process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY }
           : {}),
@@ -263,6 +270,7 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
     await environment?.close();
     await redis?.close();
     await bouncer?.close();
+    await nats?.close();
     await db.close();
   });
 
@@ -543,6 +551,9 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       }
       expect(wrongCounts, `seed ${seed}`).toEqual([]);
       expect(sent.filter((s) => s.status === 200).length).toBeGreaterThan(0);
+
+      // Every committed change and completion: one event on the stream, in order per agent.
+      expect(await eventStreamProblems(db.pool, nats, 'PARTNER_AGENT_STATUS', agents), `seed ${seed}`).toEqual([]);
     });
   });
 }

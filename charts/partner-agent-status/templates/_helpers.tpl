@@ -256,6 +256,16 @@ BREAKER_ERROR_THRESHOLD_PERCENT: {{ .Values.breaker.errorThresholdPercent | int6
 BREAKER_VOLUME_THRESHOLD: {{ .Values.breaker.volumeThreshold | int64 | toString | quote }}
 BREAKER_RESET_TIMEOUT_MS: {{ .Values.breaker.resetTimeoutMs | int64 | toString | quote }}
 BREAKER_ROLLING_WINDOW_MS: {{ .Values.breaker.rollingWindowMs | int64 | toString | quote }}
+{{- with .Values.events }}
+{{- if .natsUrl }}
+EVENTS_NATS_URL: {{ .natsUrl | quote }}
+{{- end }}
+EVENTS_STREAM: {{ .streamName | quote }}
+EVENTS_SUBJECT_PREFIX: {{ .subjectPrefix | quote }}
+EVENTS_CREATE_STREAM: {{ .createStream | toString | quote }}
+EVENTS_SOURCE: {{ .source | quote }}
+EVENTS_RETENTION_MS: {{ .retentionMs | int64 | toString | quote }}
+{{- end }}
 {{- with .Values.nodeOptions }}
 NODE_OPTIONS: {{ . | quote }}
 {{- end }}
@@ -359,6 +369,18 @@ domain>]: that namespace) or a bare Service name (the release's own namespace). 
       kubernetes.io/metadata.name: {{ index (splitList "." $host) 1 }}
 {{- else }}
 []
+{{- end }}
+{{- end }}
+
+{{/*
+The port of a NATS server URL: its explicit port, else NATS's 4222.
+*/}}
+{{- define "pas.natsPort" -}}
+{{- $hostPort := splitList ":" (urlParse .).host }}
+{{- if gt (len $hostPort) 1 }}
+{{- last $hostPort }}
+{{- else }}
+{{- 4222 }}
 {{- end }}
 {{- end }}
 

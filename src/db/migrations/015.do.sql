@@ -82,3 +82,19 @@ BEGIN
   RETURN event_id;
 END
 $$;
+
+-- The pending disable an enable supersedes, deleted with a snapshot of its own. The enable's
+-- statement takes the agent's change lock after its snapshot: a disable that committed while the
+-- enable waited for that lock has a pending row the statement's snapshot does not show, and which
+-- the enable must delete all the same (it comes after that disable). VOLATILE plpgsql, so the DELETE
+-- sees every row committed before the lock was granted. Whether it deleted one.
+CREATE OR REPLACE FUNCTION public.supersede_pending_disable(p_agent_id text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  DELETE FROM public.pending_disables WHERE agent_id = p_agent_id;
+  RETURN FOUND;
+END
+$$;
