@@ -48,6 +48,7 @@ export async function buildInertApp() {
       },
     },
     idempotencyKeys: undefined as never,
+    webhooks: { endpoints: undefined as never, refusalOfUrl: undefined as never },
     limits: { ...loadConfig(documentationEnvironment).limits, rateLimitMax: 0 },
     rateLimitStore: { redis: undefined, keyPrefix: '' },
   });

@@ -1,3 +1,5 @@
+import { parseCidr } from './events/address-guard.js';
+
 /**
  * The service's whole configuration, read once from the environment (docs/interfaces.md §2 plus
  * the project's own tunables documented in the README). A missing or invalid variable throws a
@@ -57,7 +59,24 @@ export interface Config {
   secretsManager: SecretsManagerSettings;
   /** API_VERSION_DEPRECATIONS: which API versions are deprecated, when they sunset, where partners read about it. */
   apiVersionDeprecations: Deprecations;
+  webhooks: WebhookSettings;
   events: EventsSettings;
+}
+
+/** Partner webhooks (docs/interfaces.md §14). */
+export interface WebhookSettings {
+  /** WEBHOOK_ALLOW_HTTP: endpoints may use http (tests only; the chart never sets it). */
+  allowHttp: boolean;
+  /** WEBHOOK_ALLOWED_CIDRS: ranges the sender may reach although they are not public (tests only). */
+  allowedCidrs: string[];
+  /** WEBHOOK_RETRY_SCHEDULE: the gaps between consecutive attempts, in milliseconds. */
+  retryScheduleMs: number[];
+  /** WEBHOOK_TIMEOUT_MS: an attempt not answered 2xx by then failed. */
+  timeoutMs: number;
+  /** WEBHOOK_CONCURRENCY: attempts one replica makes at once. */
+  concurrency: number;
+  /** WEBHOOK_POLL_INTERVAL_MS: how often the sender looks for due deliveries. */
+  pollIntervalMs: number;
 }
 
 /** docs/interfaces.md §14: the outbox relay, and NATS JetStream when EVENTS_NATS_URL is set. */
@@ -259,6 +278,38 @@ function apiVersionDeprecations(env: Env): Deprecations {
   }
 }
 
+/** Standard Webhooks' example schedule after the first attempt: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h. */
+const defaultRetrySchedule = '5,300,1800,7200,18000,36000,36000';
+
+function webhookSettings(env: Env): WebhookSettings {
+  const schedule = env.WEBHOOK_RETRY_SCHEDULE?.trim() || defaultRetrySchedule;
+  const gaps = schedule.split(',').map((gap) => gap.trim());
+  if (gaps.length > 20 || gaps.some((gap) => !/^\d+(\.\d+)?$/.test(gap) || Number(gap) > 7 * 86_400)) {
+    throw new ConfigError(
+      `WEBHOOK_RETRY_SCHEDULE must be at most 20 comma-separated gaps in seconds (each at most a week), got "${schedule}"`,
+    );
+  }
+  const cidrs = (env.WEBHOOK_ALLOWED_CIDRS ?? '')
+    .split(',')
+    .map((cidr) => cidr.trim())
+    .filter(Boolean);
+  for (const cidr of cidrs) {
+    try {
+      parseCidr(cidr);
+    } catch (error) {
+      throw new ConfigError(`WEBHOOK_ALLOWED_CIDRS: ${(error as Error).message}`);
+    }
+  }
+  return {
+    allowHttp: flag(env, 'WEBHOOK_ALLOW_HTTP', false),
+    allowedCidrs: cidrs,
+    retryScheduleMs: gaps.map((gap) => Math.round(Number(gap) * 1000)),
+    timeoutMs: integer(env, 'WEBHOOK_TIMEOUT_MS', 15_000, 100, 60_000),
+    concurrency: integer(env, 'WEBHOOK_CONCURRENCY', 32, 1, 1_000),
+    pollIntervalMs: integer(env, 'WEBHOOK_POLL_INTERVAL_MS', 1_000, 20, 60_000),
+  };
+}
+
 /** CloudEvents `source` when EVENTS_SOURCE is not set. */
 export const defaultEventSource = 'urn:partner-agent-status';
 
@@ -389,6 +440,7 @@ function readConfig(env: Env): Config {
       concurrency: integer(env, 'WORKER_CONCURRENCY', 4, 1, 100),
       claimCheckMaxAgeMs: integer(env, 'CLAIM_CHECK_MAX_AGE_MS', 1_000, 10, 10_000),
     },
+    webhooks: webhookSettings(env),
     secretsManager: {
       connectTimeoutMs: integer(env, 'SECRETS_MANAGER_CONNECT_TIMEOUT_MS', 2_000, 100, 60_000),
       requestTimeoutMs: integer(env, 'SECRETS_MANAGER_REQUEST_TIMEOUT_MS', 5_000, 100, 60_000),

@@ -5,9 +5,11 @@ import type { DatabasePool } from 'slonik';
 import { createDisableProtocol, protocolSettings } from './agents/disable-protocol.js';
 import { createKeySource } from './auth/configured-key-source.js';
 import { PartnerKeyStore } from './auth/partner-keys.js';
-import type { Config } from './config.js';
+import { type Config, statementClientMarginMs } from './config.js';
+import { allowedRanges, type Lookup, refusalOfUrl } from './events/address-guard.js';
 import { createNatsPublisher } from './events/nats-publisher.js';
 import { createOutboxRelay } from './events/outbox-relay.js';
+import { createWebhookSender } from './events/webhook-sender.js';
 import { buildApp } from './http/app.js';
 import { createReadiness } from './http/readiness.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
@@ -17,12 +19,14 @@ import { type CampaignStateStore, createRedisCampaignState } from './stores/camp
 import { createAgentRepository, createDatabasePool } from './stores/database.js';
 import { ServerFailover } from './stores/database-failover.js';
 import { createDisableQueue } from './stores/disable-queue.js';
-import { createEventOutbox } from './stores/event-outbox.js';
+import { createEventOutbox, type EventOutbox } from './stores/event-outbox.js';
 import { createIdempotencyKeys } from './stores/idempotency-keys.js';
 import { createRedisClient, type RedisClient } from './stores/redis-clients.js';
 import { createSentPauses } from './stores/sent-pauses.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
 import { boundedBy, serverBounds, statementsFor } from './stores/statements.js';
+import { createWebhookDeliveryStore } from './stores/webhook-deliveries.js';
+import { createWebhookEndpointStore } from './stores/webhook-endpoints.js';
 
 export interface ServiceOptions {
   logger: Logger;
@@ -30,6 +34,8 @@ export interface ServiceOptions {
   campaignState?: CampaignStateStore;
   /** This replica's name in pending_disables.lease_owner (default: host name and pid). */
   replicaId?: string;
+  /** DNS resolution of webhook hosts (tests put a stub here; default: the system resolver). */
+  webhookResolve?: Lookup;
 }
 
 /**
@@ -112,6 +118,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     }),
   );
 
+  const webhooks = createWebhooks(config, options, { requestPool, workerPool }, { owner, metrics, logger });
+
   const probe = createAgentRepository(probePool, metrics, statement);
   const readiness = createReadiness({ ping: probe.ping, onReadOnly: () => failover.retire('read_only'), keyStore, metrics });
   const app = await buildApp({
@@ -124,10 +132,13 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     limits: config.limits,
     rateLimitStore: { redis: rateLimitRedis, keyPrefix: config.redisKeyPrefix },
     apiVersionDeprecations: config.apiVersionDeprecations,
+    webhooks: webhooks.routes,
   });
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
   worker.start();
-  const relay = startEventsRelay(config, workerPool, metrics, logger, resources);
+  webhooks.sender.start();
+  // The relay's mark makes the webhook deliveries of what it relayed: the sender looks at once.
+  const relay = startEventsRelay(config, workerPool, { metrics, logger, resources, onRelayed: webhooks.sender.nudge });
 
   // The service's one seam, for main.ts, npm run dev and the tests: the servers to listen on, and
   // what an operator's view or a test needs to look at or nudge (metrics, the key store and
@@ -142,6 +153,10 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     keySource,
     /** The convergence worker: pollNow() runs one poll at once. */
     worker,
+    /** The webhook sender: nudge() looks for due deliveries at once. */
+    webhookSender: webhooks.sender,
+    /** The webhook deliveries: enqueue() makes deliveries of events (the outbox relay; tests). */
+    webhookDeliveries: webhooks.deliveries,
     /** The disable runs of this replica: joinable(networkId, agentId), idle(). */
     runner,
     /** The events relay: relayNow() relays what is due at once. */
@@ -158,7 +173,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
      * pending, released for another replica); the server finishes its requests; then every pool and
      * client is closed, in reverse order, once nothing uses it any more.
      */
-    close: closer({ config, runner, worker, app, resources, logger }),
+    close: closer({ config, runner, worker, webhookSender: webhooks.sender, app, resources, logger }),
   };
 }
 
@@ -168,7 +183,12 @@ export type Service = Awaited<ReturnType<typeof createService>>;
  * The events relay (docs/interfaces.md §14), in every replica, with or without a broker; on the
  * worker's pool, one statement at a time. Stopped before the pools close.
  */
-function startEventsRelay(config: Config, workerPool: DatabasePool, metrics: Metrics, logger: Logger, resources: Resources) {
+function startEventsRelay(
+  config: Config,
+  workerPool: DatabasePool,
+  parts: { metrics: Metrics; logger: Logger; resources: Resources; onRelayed: () => void },
+) {
+  const { metrics, logger, resources, onRelayed } = parts;
   const { natsUrl, ...events } = config.events;
   const publisher = natsUrl
     ? resources.own('events publisher', createNatsPublisher({ url: natsUrl, ...events }, logger), (nats) => nats.close())
@@ -176,7 +196,7 @@ function startEventsRelay(config: Config, workerPool: DatabasePool, metrics: Met
   const relay = resources.own(
     'events relay',
     createOutboxRelay({
-      outbox: createEventOutbox(workerPool, metrics),
+      outbox: nudgingOnRelay(createEventOutbox(workerPool, metrics), onRelayed),
       publisher,
       settings: {
         pollIntervalMs: events.relayPollIntervalMs,
@@ -194,22 +214,56 @@ function startEventsRelay(config: Config, workerPool: DatabasePool, metrics: Met
   return relay;
 }
 
+/**
+ * Partner webhooks (docs/interfaces.md §14): the endpoint routes' store and URL check, the
+ * deliveries and their sender, a worker of its own on the worker's pool.
+ */
+function createWebhooks(
+  config: Config,
+  options: ServiceOptions,
+  pools: { requestPool: DatabasePool; workerPool: DatabasePool },
+  parts: { owner: string; metrics: Metrics; logger: Logger },
+) {
+  const { owner, metrics, logger } = parts;
+  const deliveries = createWebhookDeliveryStore(pools.workerPool, metrics);
+  const sender = createWebhookSender({
+    store: deliveries,
+    settings: config.webhooks,
+    leaseMs: config.webhooks.timeoutMs + config.databaseStatementTimeoutMs + statementClientMarginMs + 1_000,
+    owner,
+    metrics,
+    log: logger,
+    resolve: options.webhookResolve,
+  });
+  const addresses = {
+    allowHttp: config.webhooks.allowHttp,
+    allowed: config.webhooks.allowedCidrs.length > 0 ? allowedRanges(config.webhooks.allowedCidrs) : undefined,
+    resolve: options.webhookResolve,
+  };
+  const routes = {
+    endpoints: createWebhookEndpointStore(pools.requestPool, metrics),
+    refusalOfUrl: (url: string) => refusalOfUrl(url, addresses),
+  };
+  return { deliveries, sender, routes };
+}
+
 /** The service's close(timeoutMs), in the order its seam describes; closing twice closes once. */
 function closer(parts: {
   config: Config;
   runner: { stopBy(at: number): void; idle(): Promise<void> };
   worker: { stop(): Promise<void> };
+  webhookSender: { stop(by: number): Promise<void> };
   app: Awaited<ReturnType<typeof buildApp>>;
   resources: Resources;
   logger: Logger;
 }) {
-  const { config, runner, worker, app, resources, logger } = parts;
+  const { config, runner, worker, webhookSender, app, resources, logger } = parts;
   let closing: Promise<void> | undefined;
   return (timeoutMs = config.shutdownTimeoutMs): Promise<void> => {
     closing ??= (async () => {
       const deadline = performance.now() + timeoutMs;
       runner.stopBy(deadline - 1_000);
-      await worker.stop();
+      await Promise.all([worker.stop(), webhookSender.stop(deadline - 1_500)]);
       const closed = app.close();
       // A socket accepted but never used for a request (a proxy's pre-opened connection) is not
       // closed by Fastify's idle handling on this Node: past the deadline every connection is
@@ -297,6 +351,18 @@ async function checkServerBounds(pool: Parameters<typeof serverBounds>[0], confi
     { ...bounds, databaseStatementTimeoutMs: config.databaseStatementTimeoutMs },
     'behind the pooler, the database role does not bound statements as DATABASE_STATEMENT_TIMEOUT_MS says: set statement_timeout and idle_in_transaction_session_timeout on the role',
   );
+}
+
+/** The outbox, whose mark statement makes the webhook deliveries: the sender looks for them at once. */
+function nudgingOnRelay(outbox: EventOutbox, nudge: () => void): EventOutbox {
+  return {
+    ...outbox,
+    markRelayed: async (ids) => {
+      const marked = await outbox.markRelayed(ids);
+      if (marked > 0) nudge();
+      return marked;
+    },
+  };
 }
 
 const warnOf = (log: Logger) => (resource: string, reason: string) => log.warn({ resource, reason }, 'resource did not close cleanly');

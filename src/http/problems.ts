@@ -28,6 +28,7 @@ export const problemTypes = {
   methodNotAllowed: { status: 405, title: 'Method not allowed' },
   superseded: { status: 409, title: 'Superseded by a later enable' },
   idempotencyKeyInUse: { status: 409, title: 'Idempotency key in use' },
+  webhookEndpointLimit: { status: 409, title: 'Too many webhook endpoints' },
   preconditionFailed: { status: 412, title: 'Precondition failed' },
   idempotencyKeyReused: { status: 422, title: 'Idempotency key reused' },
   payloadTooLarge: { status: 413, title: 'Request body too large' },

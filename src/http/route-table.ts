@@ -20,6 +20,7 @@ import { agentStatusReadRoute } from './routes/agent-status-read.js';
 import { healthRoutes } from './routes/health.js';
 import { registerOpenApi } from './routes/openapi.js';
 import { referencePageRoutes } from './routes/reference-page.js';
+import { type WebhookRouteDeps, webhookEndpointRoutes } from './routes/webhook-endpoints.js';
 
 export type HttpApp = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, Logger, TypeBoxTypeProvider>;
 
@@ -41,6 +42,8 @@ export interface RouteDeps {
   rateLimitStore: { redis: Redis | Cluster | undefined; keyPrefix: string };
   /** API_VERSION_DEPRECATIONS; none when absent. */
   apiVersionDeprecations?: Deprecations;
+  /** The partner webhook endpoints (docs/interfaces.md §14). */
+  webhooks: WebhookRouteDeps;
 }
 
 // Through require for the same reason as in malformed-http.ts (no ES facade of node:http).
@@ -120,6 +123,7 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
       });
       await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus, guard });
       await partnerApi.register(statusChangesRoute, { agentStatus: deps.agentStatus, guard });
+      await partnerApi.register(webhookEndpointRoutes, { ...deps.webhooks, guard });
     },
     { prefix: partnerPrefix },
   );

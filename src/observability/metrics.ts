@@ -1,4 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { webhookMetrics } from './webhook-metrics.js';
 
 /**
  * Every Prometheus series the service exports, on one registry owned by the app (never the
@@ -315,6 +316,8 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
 
   const metrics = {
     registry,
+    /** Partner webhooks (src/observability/webhook-metrics.ts). */
+    webhooks: webhookMetrics(registry),
     ...requestMetrics(registry),
     ...dependencyMetrics(registry),
     ...keyMetrics(registry, keys),

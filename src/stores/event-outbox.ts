@@ -2,6 +2,7 @@ import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
 import { postgresCall, seconds } from './database.js';
+import { deliveriesOf } from './webhook-deliveries.js';
 
 /**
  * The transactional outbox of docs/interfaces.md §14 (migration 015): one `event_outbox` row per
@@ -132,7 +133,7 @@ export function createEventOutbox(pool: DatabasePool, metrics: Metrics): EventOu
             UPDATE event_outbox SET relayed_at = now(), lease_until = NULL
             WHERE id = ANY(${sql.array(ids, 'uuid')}) AND relayed_at IS NULL
             RETURNING id, network_id, agent_id, type, event
-          )
+          ), ${deliveriesOf(sql.fragment`SELECT id, network_id, type, event::text AS body FROM marked`)}
           SELECT count(*)::int AS n FROM marked`);
         return row.n;
       }),

@@ -18,6 +18,7 @@ import type { EventFigures } from './phases/events.js';
 import type { FloodFigures } from './phases/flood.js';
 import type { PreferFigures } from './phases/prefer.js';
 import type { StatementCost } from './phases/statements.js';
+import type { WebhookFigures } from './phases/webhooks.js';
 import { type Child, pinLoadGenerator, pinning, root, startPinned, tail } from './processes.js';
 import { describeMachine, type Machine } from './report.js';
 
@@ -70,6 +71,8 @@ export interface Results {
   statements: StatementCost[];
   /** The relay beside the enable load, publishing to NATS JetStream (phases/events.ts). */
   events?: EventFigures;
+  /** Partner webhooks (phases/webhooks.ts). */
+  webhooks?: WebhookFigures;
 }
 
 /** A service process started the way `npm start` starts it. */

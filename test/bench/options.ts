@@ -18,6 +18,7 @@ export const phases = [
   'concurrent',
   'statements',
   'events',
+  'webhooks',
 ] as const;
 export type Phase = (typeof phases)[number];
 

@@ -112,6 +112,21 @@ export function tableRows(results: Results, plan: Plan): Row[] {
       target: { of: 'ratio', op: '<=', limit: 1.5 },
     });
   }
+  if (results.webhooks) {
+    const w = results.webhooks;
+    candidates.push({
+      figure: `webhooks: deliveries to a local receiver (${w.endpoints} endpoints)`,
+      value: w.perSecond,
+      unit: 'deliveries/s',
+      detail: `${w.deliveries.toLocaleString('en-US')} deliveries`,
+    });
+    candidates.push({
+      figure: `webhooks: disable completed to delivered (${w.completions} disables): p99`,
+      value: w.completionP99Ms,
+      unit: 'ms',
+      detail: `p50 ${w.completionP50Ms} ms`,
+    });
+  }
   if (results.flood) {
     const { alone, sheddingOff, sheddingOn } = results.flood;
     const rate = `${partnerRate} req/s`;

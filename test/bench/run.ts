@@ -31,6 +31,7 @@ import { overTheLimit } from './phases/rate-limited.js';
 import { statementCosts } from './phases/statements.js';
 import { sampledEnable, tracedEnable } from './phases/tracing.js';
 import { unknownKeys } from './phases/unauthorized.js';
+import { webhooksPhase } from './phases/webhooks.js';
 import { memoryOf, root } from './processes.js';
 import { renderTable, verdictOf, writeResults } from './report.js';
 import { tableRows } from './rows.js';
@@ -94,6 +95,8 @@ if (up) {
 // After the main service has stopped: its relay (no broker) would mark the events' rows relayed
 // before the events service's relay could publish them.
 if (selected('events')) await phase(ctx, 'events', () => eventsPhase(ctx));
+// After the main service stopped: its sender may not reach the receiver on 127.0.0.1.
+if (selected('webhooks')) await webhooksPhase(ctx);
 
 // ---------------------------------------------------------------------------------------------
 // The table
@@ -115,6 +118,7 @@ const written = writeResults(join(root, 'test/bench/results'), quick || only !==
   flood: results.flood,
   statements: results.statements,
   events: results.events,
+  webhooks: results.webhooks,
   processes: results.processes,
   tracingExport: results.exported,
   failures: results.failures,

@@ -197,6 +197,24 @@ describe.each(helms)('%s', (_helm, binary) => {
     });
   });
 
+  describe("the webhooks rule (443) exists only where the operator names the partners' destinations", () => {
+    const publicOnly =
+      'networkPolicy.egress.webhooks.to=[{"ipBlock":{"cidr":"0.0.0.0/0","except":["10.0.0.0/8","172.16.0.0/12","192.168.0.0/16","100.64.0.0/10","169.254.0.0/16","127.0.0.0/8"]}}]';
+
+    it('has no rule by default: no webhook leaves the pod', () => {
+      expect(egress().map(ports)).not.toContain('443/TCP');
+    });
+
+    it('lets out HTTPS to the public internet, private ranges excepted, when allowed on purpose', () => {
+      const rule = ruleFor({ set: ['networkPolicy.egress.allowAnyDestination=true'], setJson: [publicOnly] }, '443/TCP');
+      expect(rule?.to?.[0]?.ipBlock?.except).toContain('169.254.0.0/16');
+    });
+
+    it('refuses the /0 destination without allowAnyDestination', () => {
+      expect(refused({ setJson: [publicOnly] })).toMatch(/networkPolicy\.egress\.webhooks\.to has ipBlock 0\.0\.0\.0\/0/);
+    });
+  });
+
   it('renders every rule of ci/everything-values.yaml in order: DNS, data stores, spend management, collector, NATS, extra', () => {
     const rules = egress({ values: ['ci/everything-values.yaml'] });
     expect(rules.map(ports)).toEqual(['53/UDP,53/TCP', '5432/TCP', '6379/TCP', '8080/TCP', '4318/TCP', '4222/TCP', '9000/TCP']);

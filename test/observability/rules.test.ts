@@ -35,6 +35,8 @@ describe('the alert rule file', () => {
         'PartnerAgentStatusPodsNotReady',
         'PartnerAgentStatusRateLimitFailingOpen',
         'PartnerAgentStatusSpendManagementCredentialsRejected',
+        'PartnerAgentStatusWebhookDeliveriesBehind',
+        'PartnerAgentStatusWebhookEndpointDisabled',
       ].sort(),
     );
   });
@@ -104,6 +106,10 @@ describe('the alert rule file', () => {
       'PartnerAgentStatusEventsNotRelayed',
       // credentials rejected do not heal by themselves: any rejection counts
       'PartnerAgentStatusSpendManagementCredentialsRejected',
+      // the oldest due delivery's wait is itself the 10 minutes
+      'PartnerAgentStatusWebhookDeliveriesBehind',
+      // one endpoint disabled is the event to act on; the hour of increase() keeps it firing
+      'PartnerAgentStatusWebhookEndpointDisabled',
     ]);
   });
 
@@ -117,6 +123,8 @@ describe('the alert rule file', () => {
       'partner_requests_limited_total',
       'requests_shed_total',
       'rate_limit_store_errors_total',
+      'webhook_endpoints_disabled_total',
+      'webhook_deliveries_oldest_due_age_seconds',
     ]) {
       expect(read, name).toContain(name);
     }

@@ -173,6 +173,11 @@ describe('the document is a partner reference', () => {
       '/partner/agents/{agentId}/status',
       '/partner/agents/{agentId}/status-changes',
       '/partner/openapi.json',
+      '/partner/webhook-endpoints',
+      '/partner/webhook-endpoints/{endpointId}',
+      '/partner/webhook-endpoints/{endpointId}/deliveries',
+      '/partner/webhook-endpoints/{endpointId}/deliveries/{deliveryId}/retry',
+      '/partner/webhook-endpoints/{endpointId}/rotate-secret',
     ]);
   });
 

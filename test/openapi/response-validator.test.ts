@@ -155,6 +155,7 @@ describe('attached to the real app, it checks every response as sent', () => {
         },
       },
       idempotencyKeys: undefined as never,
+      webhooks: { endpoints: undefined as never, refusalOfUrl: undefined as never },
       isReady: async () => true,
       limits: {
         ...loadConfig({

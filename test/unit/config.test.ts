@@ -155,3 +155,35 @@ describe('configuration from the environment', () => {
     expect(loadConfig({ ...minimal, WORKER_LEASE_MS: '6000', DATABASE_STATEMENT_TIMEOUT_MS: '4000' }).worker.leaseMs).toBe(6000);
   });
 });
+
+describe('partner webhook settings', () => {
+  it('defaults to the Standard Webhooks schedule, a 15 s time-out, https only and no allowed ranges', () => {
+    expect(loadConfig(minimal).webhooks).toEqual({
+      allowHttp: false,
+      allowedCidrs: [],
+      retryScheduleMs: [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000],
+      timeoutMs: 15_000,
+      concurrency: 32,
+      pollIntervalMs: 1_000,
+    });
+  });
+
+  it('reads a shortened schedule, http and allowed ranges (the test settings)', () => {
+    const { webhooks } = loadConfig({
+      ...minimal,
+      WEBHOOK_RETRY_SCHEDULE: '0.2, 1,2',
+      WEBHOOK_ALLOW_HTTP: 'true',
+      WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8, ::1/128',
+    });
+    expect(webhooks).toMatchObject({ allowHttp: true, allowedCidrs: ['127.0.0.0/8', '::1/128'], retryScheduleMs: [200, 1_000, 2_000] });
+  });
+
+  it('refuses a malformed schedule or range, naming the variable', () => {
+    for (const schedule of ['5,,300', '-5', 'five', '700000']) {
+      expect(() => loadConfig({ ...minimal, WEBHOOK_RETRY_SCHEDULE: schedule }), schedule).toThrow(/WEBHOOK_RETRY_SCHEDULE/);
+    }
+    for (const cidrs of ['127.0.0.1', '10.0.0.0/40', 'localhost/8']) {
+      expect(() => loadConfig({ ...minimal, WEBHOOK_ALLOWED_CIDRS: cidrs }), cidrs).toThrow(/WEBHOOK_ALLOWED_CIDRS/);
+    }
+  });
+});

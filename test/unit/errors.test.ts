@@ -20,6 +20,7 @@ describe('problem details (RFC 9457)', () => {
       methodNotAllowed: 405,
       superseded: 409,
       idempotencyKeyInUse: 409,
+      webhookEndpointLimit: 409,
       preconditionFailed: 412,
       idempotencyKeyReused: 422,
       payloadTooLarge: 413,
@@ -48,6 +49,7 @@ describe('problem details (RFC 9457)', () => {
       idempotencyKeyInUse: 'urn:partner-agent-status:problem:idempotency-key-in-use',
       preconditionFailed: 'urn:partner-agent-status:problem:precondition-failed',
       idempotencyKeyReused: 'urn:partner-agent-status:problem:idempotency-key-reused',
+      webhookEndpointLimit: 'urn:partner-agent-status:problem:webhook-endpoint-limit',
     });
   });
 

@@ -117,6 +117,7 @@ export async function registerOpenApi(
       servers: [{ url: '/', description: 'The host that serves this document.' }],
       tags: [
         { name: 'Agents', description: 'Switch agents of your network on and off.' },
+        { name: 'Webhooks', description: 'Endpoints of your network that the service calls back with signed events.' },
         { name: 'Reference', description: 'Machine-readable description of this API.' },
       ],
       components: {

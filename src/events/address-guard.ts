@@ -1,0 +1,162 @@
+import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
+import { BlockList, isIP } from 'node:net';
+import { buildConnector } from 'undici';
+
+/**
+ * The webhook sender's guard against request forgery: the service never connects to a loopback,
+ * private, link-local, shared, multicast or reserved address, whether a URL names it literally,
+ * through DNS or through a redirect (redirects are never followed). The check runs on the address
+ * a connection is actually made to: an IP literal before `connect`, a name inside the `lookup`
+ * that `connect` itself calls, so a name resolved again for every connection (DNS rebinding) is
+ * checked again every time.
+ */
+
+/** IPv4 space that is not public unicast. */
+const forbiddenV4: readonly [string, number][] = [
+  ['0.0.0.0', 8], // "this network"
+  ['10.0.0.0', 8], // private
+  ['100.64.0.0', 10], // shared (carrier-grade NAT)
+  ['127.0.0.0', 8], // loopback
+  ['169.254.0.0', 16], // link-local, cloud metadata (169.254.169.254)
+  ['172.16.0.0', 12], // private
+  ['192.0.0.0', 24], // protocol assignments
+  ['192.0.2.0', 24], // documentation
+  ['192.88.99.0', 24], // 6to4 relay anycast
+  ['192.168.0.0', 16], // private
+  ['198.18.0.0', 15], // benchmarking
+  ['198.51.100.0', 24], // documentation
+  ['203.0.113.0', 24], // documentation
+  ['224.0.0.0', 4], // multicast
+  ['240.0.0.0', 4], // reserved, broadcast
+];
+
+/**
+ * IPv6: only global unicast (2000::/3) may be reached, and not the parts of it that embed or stand
+ * for other space. Everything outside 2000::/3 is refused: `::`, `::1`, IPv4-mapped `::ffff:0:0/96`,
+ * NAT64 `64:ff9b::/96` and `64:ff9b:1::/48`, unique local `fc00::/7` (AWS metadata fd00:ec2::254),
+ * link-local `fe80::/10`, multicast `ff00::/8`.
+ */
+const globalUnicastV6: readonly [string, number] = ['2000::', 3];
+const forbiddenWithinV6: readonly [string, number][] = [
+  ['2001::', 23], // protocol assignments (Teredo 2001::/32 embeds IPv4)
+  ['2001:db8::', 32], // documentation
+  ['2002::', 16], // 6to4 (embeds IPv4)
+  ['3fff::', 20], // documentation
+];
+
+const forbidden = new BlockList();
+for (const [address, prefix] of forbiddenV4) forbidden.addSubnet(address, prefix, 'ipv4');
+for (const [address, prefix] of forbiddenWithinV6) forbidden.addSubnet(address, prefix, 'ipv6');
+const globalV6 = new BlockList();
+globalV6.addSubnet(globalUnicastV6[0], globalUnicastV6[1], 'ipv6');
+
+/** Why an address may not be connected to. */
+export class ForbiddenAddress extends Error {
+  override readonly name = 'ForbiddenAddress';
+  readonly code = 'ERR_WEBHOOK_FORBIDDEN_ADDRESS';
+  constructor(readonly address: string) {
+    super(`webhook address ${address} is not a public address`);
+  }
+}
+
+/** Ranges an operator lets the sender reach after all (WEBHOOK_ALLOWED_CIDRS; tests only). */
+export function allowedRanges(cidrs: readonly string[]): BlockList {
+  const list = new BlockList();
+  for (const cidr of cidrs) {
+    const [address, prefix] = parseCidr(cidr);
+    list.addSubnet(address, prefix, isIP(address) === 6 ? 'ipv6' : 'ipv4');
+  }
+  return list;
+}
+
+/** `address/prefix`, checked; throws with a message naming the value. */
+export function parseCidr(cidr: string): [string, number] {
+  const match = /^([^/]+)\/(\d{1,3})$/.exec(cidr.trim());
+  const family = match ? isIP(match[1]!) : 0;
+  const prefix = match ? Number(match[2]) : -1;
+  if (!match || family === 0 || prefix > (family === 4 ? 32 : 128))
+    throw new Error(`"${cidr}" is not an address range such as 127.0.0.0/8`);
+  return [match[1]!, prefix];
+}
+
+/** Whether the service may connect to this IP address (the classifier; no socket, no DNS). */
+export function isPublicAddress(address: string, allowed?: BlockList): boolean {
+  const family = isIP(address);
+  if (family === 0) return false;
+  const type = family === 4 ? 'ipv4' : 'ipv6';
+  if (allowed?.check(address, type)) return true;
+  if (family === 4) return !forbidden.check(address, 'ipv4');
+  return globalV6.check(address, 'ipv6') && !forbidden.check(address, 'ipv6');
+}
+
+type LookupCallback = (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
+export type Lookup = (hostname: string, options: { all?: boolean; family?: number | string }, callback: LookupCallback) => void;
+
+/**
+ * A `lookup` for net/tls `connect` that answers only when every address the name resolves to is
+ * public: one private answer among public ones refuses the name (a rebinding name would otherwise
+ * get the connection by racing it).
+ */
+function guardedLookup(allowed: BlockList | undefined, resolve: Lookup = dnsLookup as unknown as Lookup): Lookup {
+  return (hostname, options, callback) => {
+    resolve(hostname, { ...options, all: true }, (error, addresses) => {
+      if (error) return callback(error, options.all ? [] : '');
+      const list = addresses as LookupAddress[];
+      const refused = list.find((entry) => !isPublicAddress(entry.address, allowed));
+      if (refused || list.length === 0) return callback(new ForbiddenAddress(refused?.address ?? hostname), options.all ? [] : '');
+      if (options.all) return callback(null, list);
+      return callback(null, list[0]!.address, list[0]!.family);
+    });
+  };
+}
+
+export interface GuardOptions {
+  allowed?: BlockList;
+  connectTimeoutMs: number;
+  /** DNS resolution (tests put a stub here; production uses the system resolver). */
+  resolve?: Lookup;
+}
+
+/** An undici connector that refuses every connection to an address isPublicAddress refuses. */
+export function guardedConnector(options: GuardOptions): buildConnector.connector {
+  const connect = buildConnector({
+    timeout: options.connectTimeoutMs,
+    lookup: guardedLookup(options.allowed, options.resolve),
+    allowH2: false,
+  } as buildConnector.BuildOptions);
+  return (target, callback) => {
+    // net.connect skips `lookup` for an IP literal: the literal is checked here.
+    if (isIP(target.hostname) !== 0 && !isPublicAddress(target.hostname, options.allowed)) {
+      callback(new ForbiddenAddress(target.hostname), null);
+      return;
+    }
+    connect(target, callback);
+  };
+}
+
+/** What is wrong with a URL a partner registers, or undefined when it may be registered. */
+export async function refusalOfUrl(
+  raw: string,
+  settings: { allowHttp: boolean; allowed?: BlockList; resolve?: Lookup },
+): Promise<string | undefined> {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return 'url must be an absolute URL';
+  }
+  const schemes = settings.allowHttp ? ['https:', 'http:'] : ['https:'];
+  if (!schemes.includes(url.protocol)) return 'url must use https';
+  if (url.username || url.password) return 'url must not carry credentials';
+  if (url.hash) return 'url must not have a fragment';
+  const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
+  if (isIP(host) !== 0) return isPublicAddress(host, settings.allowed) ? undefined : 'url names an address that is not public';
+  const resolve = guardedLookup(settings.allowed, settings.resolve);
+  return new Promise((done) => {
+    resolve(host, { all: true }, (error) => {
+      if (!error) return done(undefined);
+      if (error instanceof ForbiddenAddress) return done('url names a host that resolves to an address that is not public');
+      done('url names a host that does not resolve');
+    });
+  });
+}

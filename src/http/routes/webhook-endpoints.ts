@@ -1,0 +1,122 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { onRequestAsyncHookHandler } from 'fastify';
+import { newSigningSecret } from '../../events/webhook-signature.js';
+import type { WebhookDelivery, WebhookEndpoint, WebhookEndpointStore } from '../../stores/webhook-endpoints.js';
+import { problem, sendProblem } from '../problems.js';
+import {
+  createEndpointSchema,
+  deleteEndpointSchema,
+  listDeliveriesSchema,
+  listEndpointsSchema,
+  maxEndpointsPerNetwork,
+  retryDeliverySchema,
+  rotateSecretSchema,
+  webhookEventTypes,
+  webhookTexts,
+} from './webhook-endpoints.schema.js';
+
+export interface WebhookRouteDeps {
+  endpoints: WebhookEndpointStore;
+  /** What is wrong with a URL to register (scheme, an address that is not public), or undefined. */
+  refusalOfUrl: (url: string) => Promise<string | undefined>;
+}
+
+/** How long the previous secret signs beside a new one. */
+const rotationOverlapMs = 24 * 3600 * 1000;
+
+type EventType = (typeof webhookEventTypes)[number];
+
+function view(endpoint: WebhookEndpoint) {
+  return {
+    id: endpoint.id,
+    url: endpoint.url,
+    eventTypes: (endpoint.eventTypes ?? [...webhookEventTypes]) as EventType[],
+    status: endpoint.enabled ? ('enabled' as const) : ('disabled' as const),
+    ...(endpoint.enabled || !endpoint.disabledReason ? {} : { disabledReason: endpoint.disabledReason as 'gone' | 'failing' }),
+    createdAt: endpoint.createdAt,
+  };
+}
+
+const deliveryView = (delivery: WebhookDelivery) => ({ ...delivery, eventType: delivery.eventType as EventType });
+
+/**
+ * The webhook endpoints of docs/interfaces.md §14. Every statement carries the key's network: an
+ * endpoint of another network answers the same 404 as one that does not exist.
+ */
+export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps & { guard: onRequestAsyncHookHandler[] }> = async (
+  app,
+  { endpoints, refusalOfUrl, guard },
+) => {
+  const endpointNotFound = (requestId: string) => problem('notFound', webhookTexts.endpointNotFound, requestId);
+
+  app.post('/partner/webhook-endpoints', { onRequest: guard, schema: createEndpointSchema }, async (request, reply) => {
+    const { url, eventTypes } = request.body;
+    const refusal = await refusalOfUrl(url);
+    if (refusal) return sendProblem(reply, problem('validation', refusal, request.id));
+    const secret = newSigningSecret();
+    const made = await endpoints.create(
+      request.partner!.networkId,
+      { url, eventTypes: eventTypes ?? null, secret },
+      maxEndpointsPerNetwork,
+    );
+    if (!made) return sendProblem(reply, problem('webhookEndpointLimit', webhookTexts.tooManyEndpoints, request.id));
+    request.audit.outcome = 'webhook_endpoint_created';
+    return reply.code(201).send({ ...view(made), secret });
+  });
+
+  app.get('/partner/webhook-endpoints', { onRequest: guard, schema: listEndpointsSchema }, async (request) => {
+    request.audit.outcome = 'read';
+    return { endpoints: (await endpoints.list(request.partner!.networkId)).map(view) };
+  });
+
+  app.delete('/partner/webhook-endpoints/:endpointId', { onRequest: guard, schema: deleteEndpointSchema }, async (request, reply) => {
+    if (!(await endpoints.remove(request.partner!.networkId, request.params.endpointId))) {
+      return sendProblem(reply, endpointNotFound(request.id));
+    }
+    request.audit.outcome = 'webhook_endpoint_deleted';
+    return reply.code(204).send();
+  });
+
+  app.post(
+    '/partner/webhook-endpoints/:endpointId/rotate-secret',
+    { onRequest: guard, schema: rotateSecretSchema },
+    async (request, reply) => {
+      const secret = newSigningSecret();
+      const until = new Date(Date.now() + rotationOverlapMs).toISOString();
+      if (!(await endpoints.rotateSecret(request.partner!.networkId, request.params.endpointId, secret, rotationOverlapMs))) {
+        return sendProblem(reply, endpointNotFound(request.id));
+      }
+      request.audit.outcome = 'webhook_secret_rotated';
+      return { secret, previousSecretExpiresAt: until };
+    },
+  );
+
+  app.get(
+    '/partner/webhook-endpoints/:endpointId/deliveries',
+    { onRequest: guard, schema: listDeliveriesSchema },
+    async (request, reply) => {
+      const limit = request.query.limit === undefined ? 20 : Number(request.query.limit);
+      const deliveries = await endpoints.deliveries(request.partner!.networkId, request.params.endpointId, limit);
+      if (!deliveries) return sendProblem(reply, endpointNotFound(request.id));
+      request.audit.outcome = 'read';
+      return { deliveries: deliveries.map(deliveryView) };
+    },
+  );
+
+  app.post(
+    '/partner/webhook-endpoints/:endpointId/deliveries/:deliveryId/retry',
+    { onRequest: guard, schema: retryDeliverySchema },
+    async (request, reply) => {
+      const { endpointId, deliveryId } = request.params;
+      const networkId = request.partner!.networkId;
+      const delivery = await endpoints.retry(networkId, endpointId, deliveryId);
+      if (!delivery) {
+        // Which of the two is missing is the network's own business: its endpoint exists or not.
+        const known = await endpoints.deliveries(networkId, endpointId, 1);
+        return sendProblem(reply, known ? problem('notFound', webhookTexts.deliveryNotFound, request.id) : endpointNotFound(request.id));
+      }
+      request.audit.outcome = 'webhook_delivery_retried';
+      return reply.code(202).send(deliveryView(delivery));
+    },
+  );
+};
