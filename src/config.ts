@@ -1,4 +1,4 @@
-import { parseCidr } from './events/address-guard.js';
+import { isIP } from 'node:net';
 
 /**
  * The service's whole configuration, read once from the environment (docs/interfaces.md §2 plus
@@ -449,4 +449,14 @@ function readConfig(env: Env): Config {
     apiVersionDeprecations: apiVersionDeprecations(env),
     events: eventsSettings(env),
   };
+}
+
+/** `address/prefix`, checked; throws with a message naming the value. */
+export function parseCidr(cidr: string): [string, number] {
+  const match = /^([^/]+)\/(\d{1,3})$/.exec(cidr.trim());
+  const family = match ? isIP(match[1]!) : 0;
+  const prefix = match ? Number(match[2]) : -1;
+  if (!match || family === 0 || prefix > (family === 4 ? 32 : 128))
+    throw new Error(`"${cidr}" is not an address range such as 127.0.0.0/8`);
+  return [match[1]!, prefix];
 }

@@ -1,6 +1,6 @@
 // One run's claim checks, made inside the spend-management slot right before each call.
 import { performance } from 'node:perf_hooks';
-import type { Lease } from '../stores/database.js';
+import type { Lease } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
 import type { SentBatch } from '../stores/sent-pauses.js';
 

@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { DependencyError } from '../observability/dependency-calls.js';
-import type { AgentRepository, Lease } from '../stores/database.js';
+import type { AgentRepository, Lease } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
 import type { SentBatch, SentPauses } from '../stores/sent-pauses.js';
 import { ClaimCheck } from './claim-check.js';

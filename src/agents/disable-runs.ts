@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Metrics } from '../observability/metrics.js';
-import type { Lease } from '../stores/database.js';
+import type { Lease } from '../stores/agent-repository.js';
 import type { RecordedCall, RecordedClaim } from '../stores/sent-pauses.js';
 import {
   DisableRun,

@@ -1,6 +1,6 @@
 // One run's database marks, one statement in flight, within the replica's mark slots per network.
 import { performance } from 'node:perf_hooks';
-import type { AgentRepository, Lease } from '../stores/database.js';
+import type { AgentRepository, Lease } from '../stores/agent-repository.js';
 
 /** Batch statements one network's runs have in flight at once in a replica. */
 const marksPerNetwork = 2;

@@ -2,7 +2,7 @@
 import { performance } from 'node:perf_hooks';
 import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api';
 import { DependencyError } from '../observability/dependency-calls.js';
-import type { AgentRepository, AgentStatusView, ChangeConditions, Lease, StatusChangeRow } from '../stores/database.js';
+import type { AgentRepository, AgentStatusView, ChangeConditions, Lease, StatusChangeRow } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
 import type { SentPauses } from '../stores/sent-pauses.js';
 import { AnswerClock, type DisableProgress, estimatedRemaining, type ShutdownClock, sleepUntil } from './answer-clock.js';

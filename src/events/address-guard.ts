@@ -1,6 +1,7 @@
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import { BlockList, isIP } from 'node:net';
 import { buildConnector } from 'undici';
+import { parseCidr } from '../config.js';
 
 /**
  * The webhook sender's guard against request forgery: the service never connects to a loopback,
@@ -67,16 +68,6 @@ export function allowedRanges(cidrs: readonly string[]): BlockList {
     list.addSubnet(address, prefix, isIP(address) === 6 ? 'ipv6' : 'ipv4');
   }
   return list;
-}
-
-/** `address/prefix`, checked; throws with a message naming the value. */
-export function parseCidr(cidr: string): [string, number] {
-  const match = /^([^/]+)\/(\d{1,3})$/.exec(cidr.trim());
-  const family = match ? isIP(match[1]!) : 0;
-  const prefix = match ? Number(match[2]) : -1;
-  if (!match || family === 0 || prefix > (family === 4 ? 32 : 128))
-    throw new Error(`"${cidr}" is not an address range such as 127.0.0.0/8`);
-  return [match[1]!, prefix];
 }
 
 /** Whether the service may connect to this IP address (the classifier; no socket, no DNS). */

@@ -2,8 +2,9 @@ import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import { defaultEventSource } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
-import { changeLock, type Lease, postgresCall, seconds } from './database.js';
+import type { Lease } from './agent-repository.js';
 import { completionEvent } from './event-outbox.js';
+import { changeLock, postgresCall, seconds } from './postgres.js';
 import type { SentBatch } from './sent-pauses.js';
 import { type Statement, statementsFor } from './statements.js';
 

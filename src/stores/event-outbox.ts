@@ -1,12 +1,12 @@
 import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
-import { postgresCall, seconds } from './database.js';
+import { postgresCall, seconds } from './postgres.js';
 import { deliveriesOf } from './webhook-deliveries.js';
 
 /**
  * The transactional outbox of docs/interfaces.md §14 (migration 015): one `event_outbox` row per
- * event, written by the statement that commits its fact. The change statements (src/stores/database.ts)
+ * event, written by the statement that commits its fact. The change statements (src/stores/agent-repository.ts)
  * insert theirs through `changeEvent`, the statements that finish a disable call `completionEvent`;
  * the relay (src/events/outbox-relay.ts) claims, marks and prunes through `createEventOutbox`.
  */
@@ -41,7 +41,7 @@ export const changeEvent = (source: string) => sql.fragment`outboxed AS (
 /**
  * A call that writes the completion event of the disable whose pending row the statement deletes
  * (`paused`: campaigns paused on its behalf). The statement must hold the agent's change lock
- * (`changeLock` of src/stores/database.ts) before it locks the pending row; the function
+ * (`changeLock` of src/stores/postgres.ts) before it locks the pending row; the function
  * (migration 015) reads the agent's latest disable with a snapshot of its own.
  */
 export const completionEvent = (

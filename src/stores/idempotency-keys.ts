@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
-import { postgresCall, seconds } from './database.js';
+import { postgresCall, seconds } from './postgres.js';
 import { type Statement, statementsFor } from './statements.js';
 
 /** How long a key is remembered (docs/interfaces.md §11). */

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
-import { postgresCall, seconds } from './database.js';
+import { postgresCall, seconds } from './postgres.js';
 
 /** One pause call: the campaigns it names and its idempotency key. */
 export interface SentBatch {
@@ -39,7 +39,7 @@ const countRow = z.object({ n: z.number() });
 /**
  * The write-ahead record of pause calls (sent_pauses, docs/interfaces.md §9). The rows are written
  * by the claim check right before a call (src/stores/disable-queue.ts) and deleted by the statement
- * that marks the campaigns paused (src/stores/database.ts, markPaused): between the two, a row says
+ * that marks the campaigns paused (src/stores/agent-repository.ts, markPaused): between the two, a row says
  * "this campaign may be paused in spend management and not yet in the database". Here: what a run
  * says about its rows when a call's outcome is known but not settled, and the worker's claims on
  * rows that nobody settles (their lease, next_attempt_at, ran out), with the usual backoff.

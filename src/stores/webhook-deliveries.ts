@@ -1,7 +1,7 @@
 import { type DatabasePool, type FragmentSqlToken, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
-import { postgresCall, seconds } from './database.js';
+import { postgresCall, seconds } from './postgres.js';
 
 const countRow = z.object({ n: z.number() });
 const claimRow = z.object({

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
-import { postgresCall } from './database.js';
+import { postgresCall } from './postgres.js';
 
 const endpointRow = z.object({
   id: z.string(),

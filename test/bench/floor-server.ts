@@ -13,7 +13,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { sql } from 'slonik';
 import { z } from 'zod';
-import { createDatabasePool } from '../../src/stores/database.js';
+import { createDatabasePool } from '../../src/stores/postgres.js';
 
 const floor = process.env.FLOOR ?? '';
 const databaseUrl = process.env.DATABASE_URL ?? '';

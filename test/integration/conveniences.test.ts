@@ -1,8 +1,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { createDatabasePool } from '../../src/stores/database.js';
 import { createIdempotencyKeys, idempotencyKeyDigest } from '../../src/stores/idempotency-keys.js';
+import { createDatabasePool } from '../../src/stores/postgres.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { injectStatusBody } from '../support/partner.js';
@@ -605,7 +605,7 @@ describe('If-Match waits for nothing of another network', () => {
     const theirs = await db.agent(networkB);
     const nowhere = `us-east-1:${randomUUID()}`;
     const holdMs = 3_000;
-    // B's agent is being changed: a transaction holds its change lock (src/stores/database.ts).
+    // B's agent is being changed: a transaction holds its change lock (src/stores/postgres.ts).
     const holder = await db.pool.connect();
     await holder.query('BEGIN');
     await holder.query('SELECT pg_advisory_xact_lock(1885434739, hashtext($1))', [theirs]);

@@ -96,16 +96,11 @@ describe('a replica SIGKILLed between the acknowledgement and the mark', () => {
     const second = await replica();
     // Another change of the same agent after the kill: it must come after the first one.
     expect((await setStatus(second.baseUrl, agentId, false)).status).toBe(200);
-    await waitFor(
-      async () => {
-        const { rows: left } = await db.pool.query(
-          'SELECT count(*)::int AS n FROM event_outbox WHERE agent_id = $1 AND relayed_at IS NULL',
-          [agentId],
-        );
-        return left[0].n === 0;
-      },
-      { timeoutMs: 15_000, intervalMs: 50, failure: 'the second replica did not relay the events left behind' },
-    );
+    await waitFor(async () => (await db.unrelayedEvents(agentId)) === 0, {
+      timeoutMs: 15_000,
+      intervalMs: 50,
+      failure: 'the second replica did not relay the events left behind',
+    });
 
     const messages = (await nats.messages(stream)).filter((m) => m.event.data.agentId === agentId);
     // One copy of the acknowledged event, then the later ones: disabled, its completion.

@@ -4,7 +4,7 @@ import { createPool } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isCloudEvent } from '../../src/events/cloud-event.js';
 import { createMetrics } from '../../src/observability/metrics.js';
-import { createAgentRepository } from '../../src/stores/database.js';
+import { createAgentRepository } from '../../src/stores/agent-repository.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { type NatsServer, type StreamedEvent, startNatsServer } from '../support/nats-server.js';
@@ -141,16 +141,11 @@ describe('a disable, an enable and a completion each publish one CloudEvent', ()
     const agentId = await db.agent(networkId);
     expect((await svc.setStatus(key, agentId, true)).statusCode).toBe(200);
     await eventsOf([agentId], 1);
-    await waitFor(
-      async () => {
-        const { rows: left } = await db.pool.query(
-          'SELECT count(*)::int AS n FROM event_outbox WHERE agent_id = $1 AND relayed_at IS NULL',
-          [agentId],
-        );
-        return left[0].n === 0;
-      },
-      { timeoutMs: 5_000, intervalMs: 25, failure: 'the published event was not marked relayed' },
-    );
+    await waitFor(async () => (await db.unrelayedEvents(agentId)) === 0, {
+      timeoutMs: 5_000,
+      intervalMs: 25,
+      failure: 'the published event was not marked relayed',
+    });
   });
 });
 

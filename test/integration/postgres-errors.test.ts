@@ -6,8 +6,8 @@ import { createPgDriverFactory } from '@slonik/pg-driver';
 import pg from 'pg';
 import { createPool, type DatabasePool, sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { classifyPostgresError, createDatabasePool } from '../../src/stores/database.js';
 import { failoverReasonOf } from '../../src/stores/database-failover.js';
+import { classifyPostgresError, createDatabasePool } from '../../src/stores/postgres.js';
 import { databaseUrl } from '../support/database-url.js';
 import { freePort } from '../support/process.js';
 

@@ -11,8 +11,9 @@ import { type DatabasePool, sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createMetrics } from '../../src/observability/metrics.js';
-import { type AgentRepository, createAgentRepository, createDatabasePool, type DisableOutcome } from '../../src/stores/database.js';
+import { type AgentRepository, createAgentRepository, type DisableOutcome } from '../../src/stores/agent-repository.js';
 import { createDisableQueue, type DisableQueue } from '../../src/stores/disable-queue.js';
+import { createDatabasePool } from '../../src/stores/postgres.js';
 import { testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 

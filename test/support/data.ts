@@ -32,6 +32,13 @@ export function testDatabase() {
       const { rows } = await pool.query('SELECT count(*)::int AS n FROM agent_status_changes WHERE agent_id = $1', [agentId]);
       return rows[0].n;
     },
+    /** The agent's events not relayed yet (rows of event_outbox without relayed_at). */
+    async unrelayedEvents(agentId: string): Promise<number> {
+      const { rows } = await pool.query('SELECT count(*)::int AS n FROM event_outbox WHERE agent_id = $1 AND relayed_at IS NULL', [
+        agentId,
+      ]);
+      return rows[0].n;
+    },
     /** Whether the agent has a recorded disable still pending. */
     async pendingRow(agentId: string): Promise<boolean> {
       const { rows } = await pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { AgentRepository, Lease } from '../../src/stores/database.js';
+import type { AgentRepository, Lease } from '../../src/stores/agent-repository.js';
 import type { DisableQueue } from '../../src/stores/disable-queue.js';
 import type { SentPauses } from '../../src/stores/sent-pauses.js';
 

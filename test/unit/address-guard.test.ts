@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { allowedRanges, isPublicAddress, parseCidr } from '../../src/events/address-guard.js';
+import { parseCidr } from '../../src/config.js';
+import { allowedRanges, isPublicAddress } from '../../src/events/address-guard.js';
 import { nextAttemptInMs, retryAfterMs } from '../../src/events/webhook-sender.js';
 
 describe('the address classifier refuses every address that is not public unicast (no socket, no DNS)', () => {

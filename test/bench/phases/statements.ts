@@ -4,7 +4,8 @@
 // other work weighs on both alike. Only the statements differ: the unnamed one is parsed and planned
 // on every execution.
 import { createMetrics } from '../../../src/observability/metrics.js';
-import { type AgentRepository, createAgentRepository, createDatabasePool } from '../../../src/stores/database.js';
+import { type AgentRepository, createAgentRepository } from '../../../src/stores/agent-repository.js';
+import { createDatabasePool } from '../../../src/stores/postgres.js';
 import { statementsFor } from '../../../src/stores/statements.js';
 import { type BenchContext, seedAgents } from '../context.js';
 
