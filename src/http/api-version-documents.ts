@@ -12,6 +12,7 @@ import {
   newestApiVersion,
   versionMakes,
 } from '../api-versions.js';
+import { partnerPath, partnerRoutes } from './paths.js';
 import { problem } from './problems.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: a generated JSON document, walked by name
@@ -44,7 +45,7 @@ function versionsSection(version: ApiVersion, deprecations: Deprecations): strin
 
 ## API versions
 
-This document describes version \`${version}\`${deprecations.has(version) ? ' (**deprecated**)' : ''}. Name the version in the \`Partner-Api-Version\` request header (\`YYYY-MM-DD\`, matched exactly); without it, the version your key is pinned to applies, else \`${defaultApiVersion}\`. Every answer after authentication carries \`Partner-Api-Version\` with the version used. An unknown version, or one past its sunset, is a 400 listing the supported versions (\`supportedVersions\`). A deprecated version still works and says so in \`Deprecation\`, \`Sunset\` and \`Link\` (\`rel="deprecation"\`). Additive changes (new fields, new routes) come to every version. The document of another version: \`GET /partner/openapi.json?version=YYYY-MM-DD\`.
+This document describes version \`${version}\`${deprecations.has(version) ? ' (**deprecated**)' : ''}. Name the version in the \`Partner-Api-Version\` request header (\`YYYY-MM-DD\`, matched exactly); without it, the version your key is pinned to applies, else \`${defaultApiVersion}\`. Every answer after authentication carries \`Partner-Api-Version\` with the version used. An unknown version, or one past its sunset, is a 400 listing the supported versions (\`supportedVersions\`). A deprecated version still works and says so in \`Deprecation\`, \`Sunset\` and \`Link\` (\`rel="deprecation"\`). Additive changes (new fields, new routes) come to every version. The document of another version: \`GET ${partnerPath(partnerRoutes.openApi)}?version=YYYY-MM-DD\`.
 
 | version | status | changes |
 | --- | --- | --- |

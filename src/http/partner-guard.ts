@@ -21,7 +21,7 @@ export interface GuardSettings {
   rateLimitWindowMs: number;
   redis: Redis | Cluster | undefined;
   keyPrefix: string;
-  /** API_VERSION_DEPRECATIONS (src/http/api-versions.ts). */
+  /** API_VERSION_DEPRECATIONS (src/api-versions.ts). */
   apiVersionDeprecations: Deprecations;
 }
 
@@ -36,7 +36,7 @@ export interface GuardSettings {
  *    When Redis cannot be asked, the limit fails open: counted and logged, never a 500.
  * RATE_LIMIT_MAX=0 turns the limit off entirely (the plugin would read 0 as "refuse everything").
  * The API version is resolved right after authentication (the key may pin one) and an unknown or
- * sunset one refused after the rate limit (src/http/api-versions.ts).
+ * sunset one refused after the rate limit (src/api-versions.ts).
  *
  * Requests without a valid key are shed first (docs/interfaces.md §10): for 10 s after a flood of
  * them (100 a second or more) found the process busy

@@ -12,6 +12,11 @@ export const partnerRoutes = {
   statusChanges: '/agents/:agentId/status-changes',
   openApi: '/openapi.json',
   referencePage: '/docs',
+  webhookEndpoints: '/webhook-endpoints',
+  webhookEndpoint: '/webhook-endpoints/:endpointId',
+  webhookSecretRotation: '/webhook-endpoints/:endpointId/rotate-secret',
+  webhookDeliveries: '/webhook-endpoints/:endpointId/deliveries',
+  webhookDeliveryRetry: '/webhook-endpoints/:endpointId/deliveries/:deliveryId/retry',
 } as const;
 
 type PartnerRoute = (typeof partnerRoutes)[keyof typeof partnerRoutes];

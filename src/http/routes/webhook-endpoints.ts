@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
 import { newSigningSecret } from '../../events/webhook-signature.js';
 import type { WebhookDelivery, WebhookEndpoint, WebhookEndpointStore } from '../../stores/webhook-endpoints.js';
+import { partnerRoutes } from '../paths.js';
 import { problem, sendProblem } from '../problems.js';
 import {
   createEndpointSchema,
@@ -49,7 +50,7 @@ export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps &
 ) => {
   const endpointNotFound = (requestId: string) => problem('notFound', webhookTexts.endpointNotFound, requestId);
 
-  app.post('/partner/webhook-endpoints', { onRequest: guard, schema: createEndpointSchema }, async (request, reply) => {
+  app.post(partnerRoutes.webhookEndpoints, { onRequest: guard, schema: createEndpointSchema }, async (request, reply) => {
     const { url, eventTypes } = request.body;
     const refusal = await refusalOfUrl(url);
     if (refusal) return sendProblem(reply, problem('validation', refusal, request.id));
@@ -64,12 +65,12 @@ export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps &
     return reply.code(201).send({ ...view(made), secret });
   });
 
-  app.get('/partner/webhook-endpoints', { onRequest: guard, schema: listEndpointsSchema }, async (request) => {
+  app.get(partnerRoutes.webhookEndpoints, { onRequest: guard, schema: listEndpointsSchema }, async (request) => {
     request.audit.outcome = 'read';
     return { endpoints: (await endpoints.list(request.partner!.networkId)).map(view) };
   });
 
-  app.delete('/partner/webhook-endpoints/:endpointId', { onRequest: guard, schema: deleteEndpointSchema }, async (request, reply) => {
+  app.delete(partnerRoutes.webhookEndpoint, { onRequest: guard, schema: deleteEndpointSchema }, async (request, reply) => {
     if (!(await endpoints.remove(request.partner!.networkId, request.params.endpointId))) {
       return sendProblem(reply, endpointNotFound(request.id));
     }
@@ -77,46 +78,34 @@ export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps &
     return reply.code(204).send();
   });
 
-  app.post(
-    '/partner/webhook-endpoints/:endpointId/rotate-secret',
-    { onRequest: guard, schema: rotateSecretSchema },
-    async (request, reply) => {
-      const secret = newSigningSecret();
-      const until = new Date(Date.now() + rotationOverlapMs).toISOString();
-      if (!(await endpoints.rotateSecret(request.partner!.networkId, request.params.endpointId, secret, rotationOverlapMs))) {
-        return sendProblem(reply, endpointNotFound(request.id));
-      }
-      request.audit.outcome = 'webhook_secret_rotated';
-      return { secret, previousSecretExpiresAt: until };
-    },
-  );
+  app.post(partnerRoutes.webhookSecretRotation, { onRequest: guard, schema: rotateSecretSchema }, async (request, reply) => {
+    const secret = newSigningSecret();
+    const until = new Date(Date.now() + rotationOverlapMs).toISOString();
+    if (!(await endpoints.rotateSecret(request.partner!.networkId, request.params.endpointId, secret, rotationOverlapMs))) {
+      return sendProblem(reply, endpointNotFound(request.id));
+    }
+    request.audit.outcome = 'webhook_secret_rotated';
+    return { secret, previousSecretExpiresAt: until };
+  });
 
-  app.get(
-    '/partner/webhook-endpoints/:endpointId/deliveries',
-    { onRequest: guard, schema: listDeliveriesSchema },
-    async (request, reply) => {
-      const limit = request.query.limit === undefined ? 20 : Number(request.query.limit);
-      const deliveries = await endpoints.deliveries(request.partner!.networkId, request.params.endpointId, limit);
-      if (!deliveries) return sendProblem(reply, endpointNotFound(request.id));
-      request.audit.outcome = 'read';
-      return { deliveries: deliveries.map(deliveryView) };
-    },
-  );
+  app.get(partnerRoutes.webhookDeliveries, { onRequest: guard, schema: listDeliveriesSchema }, async (request, reply) => {
+    const limit = request.query.limit === undefined ? 20 : Number(request.query.limit);
+    const deliveries = await endpoints.deliveries(request.partner!.networkId, request.params.endpointId, limit);
+    if (!deliveries) return sendProblem(reply, endpointNotFound(request.id));
+    request.audit.outcome = 'read';
+    return { deliveries: deliveries.map(deliveryView) };
+  });
 
-  app.post(
-    '/partner/webhook-endpoints/:endpointId/deliveries/:deliveryId/retry',
-    { onRequest: guard, schema: retryDeliverySchema },
-    async (request, reply) => {
-      const { endpointId, deliveryId } = request.params;
-      const networkId = request.partner!.networkId;
-      const delivery = await endpoints.retry(networkId, endpointId, deliveryId);
-      if (!delivery) {
-        // Which of the two is missing is the network's own business: its endpoint exists or not.
-        const known = await endpoints.deliveries(networkId, endpointId, 1);
-        return sendProblem(reply, known ? problem('notFound', webhookTexts.deliveryNotFound, request.id) : endpointNotFound(request.id));
-      }
-      request.audit.outcome = 'webhook_delivery_retried';
-      return reply.code(202).send(deliveryView(delivery));
-    },
-  );
+  app.post(partnerRoutes.webhookDeliveryRetry, { onRequest: guard, schema: retryDeliverySchema }, async (request, reply) => {
+    const { endpointId, deliveryId } = request.params;
+    const networkId = request.partner!.networkId;
+    const delivery = await endpoints.retry(networkId, endpointId, deliveryId);
+    if (!delivery) {
+      // Which of the two is missing is the network's own business: its endpoint exists or not.
+      const known = await endpoints.deliveries(networkId, endpointId, 1);
+      return sendProblem(reply, known ? problem('notFound', webhookTexts.deliveryNotFound, request.id) : endpointNotFound(request.id));
+    }
+    request.audit.outcome = 'webhook_delivery_retried';
+    return reply.code(202).send(deliveryView(delivery));
+  });
 };
