@@ -311,6 +311,7 @@ export async function startService(ctx: BenchContext, name: string, env: Record<
       // The 401 path is measured as it is: bad keys are shed first only where a phase says so (flood).
       OVERLOAD_UNAUTHENTICATED_UTILIZATION_PERCENT: '100',
       ...start.env,
+      ...benchServiceEnvironment(),
       ...env,
     },
   });
@@ -336,4 +337,19 @@ export async function activeUnpaused(ctx: BenchContext, agentIds: readonly strin
     rows: [row],
   } = await ctx.db.query('SELECT count(*)::int AS n FROM campaigns WHERE agent_id = ANY($1) AND active AND NOT paused', [agentIds]);
   return row.n as number;
+}
+
+/**
+ * BENCH_SERVICE_ENV: settings for every service process of the run, `NAME=value` separated by
+ * spaces (to see what a setting costs: `BENCH_SERVICE_ENV='EVENTS_RELAY_POLL_INTERVAL_MS=60000'`).
+ */
+function benchServiceEnvironment(): Record<string, string> {
+  const pairs = (process.env.BENCH_SERVICE_ENV ?? '').split(/\s+/).filter(Boolean);
+  return Object.fromEntries(
+    pairs.map((pair) => {
+      const at = pair.indexOf('=');
+      if (at < 1) throw new Error(`BENCH_SERVICE_ENV: "${pair}" is not NAME=value`);
+      return [pair.slice(0, at), pair.slice(at + 1)];
+    }),
+  );
 }
