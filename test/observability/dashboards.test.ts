@@ -155,6 +155,10 @@ describe('Grafana dashboards', () => {
           'campaigns_not_confirmed_total',
         ],
       },
+      'API versions': {
+        file: 'business.json',
+        metrics: ['partner_api_version_answers_total'],
+      },
       Limits: {
         file: 'overview.json',
         metrics: [
