@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isCloudEvent } from '../../src/events/cloud-event.js';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { createAgentRepository } from '../../src/stores/agent-repository.js';
+import { createEventOutbox } from '../../src/stores/event-outbox.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { type NatsServer, type StreamedEvent, startNatsServer } from '../support/nats-server.js';
@@ -300,6 +301,37 @@ describe('without a broker', () => {
       expect(row.event.source).toBe('urn:partner-agent-status');
     } finally {
       await bare.close();
+    }
+  });
+});
+
+describe("the relay's claim", () => {
+  it("hands out an agent's oldest unrelayed event only, and the next one once that one is relayed", async () => {
+    // The service's own relay is stopped, so that this claim is the only one.
+    await svc.service.relay.stop();
+    const pool = await createPool(databaseUrl(), { maxPoolSize: 1 });
+    const outbox = createEventOutbox(pool, createMetrics({ collectDefaults: false }));
+    const handedOut: string[] = [];
+    try {
+      const agentId = await db.agent(networkId);
+      for (const enabled of [false, true, false]) expect((await svc.setStatus(key, agentId, enabled)).statusCode).toBe(200);
+      const claimOf = async () => {
+        const claimed = await outbox.claim(50, 60_000);
+        handedOut.push(...claimed.map((event) => event.id));
+        return claimed.filter((event) => event.agentId === agentId);
+      };
+
+      const first = await claimOf();
+      expect(first.map((event) => event.type)).toEqual(['agent.disabled']);
+      // Another relay (or this one again) gets nothing of the agent while its oldest is out.
+      expect(await claimOf()).toEqual([]);
+      await outbox.markRelayed([first[0]!.id]);
+      expect((await claimOf()).map((event) => event.type)).toEqual(['agent.disable.completed']);
+    } finally {
+      // What was handed out and not relayed goes back at once; the service's relay takes it over.
+      if (handedOut.length > 0) await outbox.release(handedOut, 0);
+      await pool.end();
+      svc.service.relay.start();
     }
   });
 });
