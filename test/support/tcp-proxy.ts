@@ -11,14 +11,19 @@ import { connect, createServer, type Socket } from 'node:net';
  *   proxy that hung. `arm()` holds one more such connection; `held()` counts those held so far.
  *   With `answers: 'lost'` the bytes carrying the marker still reach the server (the statement runs
  *   and commits) and only what comes back from then on is black-holed: an answer lost after the
- *   commit;
+ *   commit. With `answers: 'reset'` those bytes reach the server too, and the first answer bytes
+ *   that come back reset the client's connection (TCP RST) instead of reaching it: an HTTP answer
+ *   lost to a reset after the server committed and answered;
  * - `delay(ms)` holds every answer (server to client) that long before passing it on, in order, as
  *   a slow link or a stalled replica would; `delay(0)` ends it for what arrives from then on;
  * - `retarget(port)` sends new connections to another server on the same host while those already
  *   open stay with the old one: an address that switched (a failover) with the old server still
  *   reachable.
  */
-export async function startTcpProxy(target: { host: string; port: number }, hold?: { marker: string; count: number; answers?: 'lost' }) {
+export async function startTcpProxy(
+  target: { host: string; port: number },
+  hold?: { marker: string; count: number; answers?: 'lost' | 'reset' },
+) {
   const sockets = new Set<Socket>();
   let cut = false;
   let toHold = hold?.count ?? 0;
@@ -34,11 +39,13 @@ export async function startTcpProxy(target: { host: string; port: number }, hold
       socket.on('error', () => socket.destroy());
     }
     let blackholed = false;
+    let resetOnAnswer = false;
     client.on('data', (chunk: Buffer) => {
-      if (!blackholed && hold && toHold > 0 && chunk.includes(hold.marker)) {
+      if (!blackholed && !resetOnAnswer && hold && toHold > 0 && chunk.includes(hold.marker)) {
         toHold -= 1;
         held += 1;
-        blackholed = true;
+        if (hold.answers === 'reset') resetOnAnswer = true;
+        else blackholed = true;
         if (hold.answers === 'lost') upstream.write(chunk);
       }
       if (!blackholed) upstream.write(chunk);
@@ -46,6 +53,11 @@ export async function startTcpProxy(target: { host: string; port: number }, hold
     // Answers leave in the order they came, each no earlier than its arrival plus the delay.
     let lastRelease = 0;
     upstream.on('data', (chunk: Buffer) => {
+      if (resetOnAnswer) {
+        client.resetAndDestroy();
+        upstream.destroy();
+        return;
+      }
       if (blackholed) return;
       if (answerDelayMs === 0 && lastRelease <= Date.now()) return void client.write(chunk);
       lastRelease = Math.max(lastRelease, Date.now() + answerDelayMs);
