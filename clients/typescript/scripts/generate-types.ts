@@ -3,7 +3,7 @@
  * (docs/openapi-<version>.json at the repository's root, each generated from the service's routes
  * by `npm run openapi`), one module per version, versions.ts naming the versions and the newest, and
  * event.ts, the type of an event (docs/event.schema.json: a webhook's body, and the events feed's).
- * Run it (`npm run generate -w clients/typescript`) after `npm run openapi`;
+ * `npm run openapi` runs it after writing the documents (alone: `npm run generate -w clients/typescript`);
  * test/openapi/client-types.test.ts fails while the committed files differ from what this writes.
  */
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
