@@ -155,10 +155,11 @@ export function createTransport(options: TransportOptions) {
 
   /**
    * Sends the call, repeating it as RetryOptions say; a POST carries one Idempotency-Key (the
-   * caller's, else a new UUID) on every attempt. Resolves with a 2xx answer, rejects with
-   * PartnerApiError (any other answer) or PartnerNetworkError (no answer).
+   * caller's, else a new UUID) on every attempt. Resolves with a 2xx answer whose body is not read
+   * yet (a stream, such as Server-Sent Events, is read as it comes), rejects with PartnerApiError
+   * (any other answer) or PartnerNetworkError (no answer).
    */
-  async function send<T>(call: Call): Promise<Answer<T>> {
+  async function open(call: Call): Promise<Response> {
     const idempotencyKey = call.method === 'POST' ? (call.headers?.['idempotency-key'] ?? globalThis.crypto.randomUUID()) : undefined;
     for (let attemptNumber = 1; ; attemptNumber += 1) {
       const last = attemptNumber >= retry.maxAttempts;
@@ -182,11 +183,7 @@ export function createTransport(options: TransportOptions) {
       }
       const warning = deprecationOf(response.headers, options.apiVersion);
       if (warning) options.onWarning(warning);
-      const requestId = response.headers.get('x-request-id') ?? undefined;
-      if (response.ok) {
-        const text = response.status === 204 ? '' : await response.text();
-        return { status: response.status, data: (text === '' ? undefined : JSON.parse(text)) as T, headers: response.headers, requestId };
-      }
+      if (response.ok) return response;
       const problem = await problemOf(response);
       const waitMs = retryAfterMs(response.headers.get('retry-after'));
       if (!last && repeatable(response.status, problem?.type) && (waitMs ?? 0) <= retry.maxRetryAfterMs) {
@@ -195,13 +192,21 @@ export function createTransport(options: TransportOptions) {
         continue;
       }
       throw new PartnerApiError(response.status, problem, {
-        requestId,
+        requestId: response.headers.get('x-request-id') ?? undefined,
         retryAfterSeconds: waitMs === undefined ? undefined : Math.ceil(waitMs / 1000),
       });
     }
   }
 
-  return { send };
+  /** open, then the body read as JSON (none for a 204). */
+  async function send<T>(call: Call): Promise<Answer<T>> {
+    const response = await open(call);
+    const text = response.status === 204 ? '' : await response.text();
+    const data = (text === '' ? undefined : JSON.parse(text)) as T;
+    return { status: response.status, data, headers: response.headers, requestId: response.headers.get('x-request-id') ?? undefined };
+  }
+
+  return { open, send };
 }
 
 /** setTimeout as a promise that an abort ends early (rejecting with the signal's reason). */
