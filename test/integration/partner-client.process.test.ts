@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { inspect } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
@@ -305,7 +306,7 @@ describe('webhooks through the client', () => {
     const tampered = call.body.replaceAll(agentId, 'us-east-1:00000000-0000-4000-8000-000000000000');
     expect(tampered).not.toBe(call.body);
     expect(await rejection(verifyWebhook(tampered, call.headers, secret))).toBeInstanceOf(WebhookVerificationError);
-    expect(await rejection(verifyWebhook(call.body, call.headers, 'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA='))).toBeInstanceOf(
+    expect(await rejection(verifyWebhook(call.body, call.headers, `whsec_${randomBytes(32).toString('base64')}`))).toBeInstanceOf(
       WebhookVerificationError,
     );
     // Ten minutes later the same call is refused: it could be a replay.
