@@ -163,9 +163,9 @@ describe('retries', () => {
     const agentId = await db.agent(networkId);
     const attempts: Attempt[] = [];
     const partner = client({ baseUrl: limited.baseUrl, attempts, retry: { maxAttempts: 3, baseDelayMs: 50 } });
-    const reads = [];
-    for (let i = 0; i < 4; i += 1) reads.push(await partner.getAgentStatus(agentId));
-    expect(reads.map((read) => read.status)).toEqual([200, 200, 200, 200]);
+    // Reads until one met the limit (the fourth, unless a window ended among them); each is answered.
+    const limitedSoFar = () => attempts.some((a) => a.status === 429);
+    for (let i = 0; i < 10 && !limitedSoFar(); i += 1) expect((await partner.getAgentStatus(agentId)).status).toBe(200);
     const limitedAt = attempts.findIndex((a) => a.status === 429);
     expect(limitedAt, JSON.stringify(attempts)).toBeGreaterThanOrEqual(0);
     const after = attempts[limitedAt + 1]!;
