@@ -321,20 +321,26 @@ async function openPools(config: Config, failover: ServerFailover, resources: Re
     pooler: config.databasePooler,
   };
   const shares = config.databaseConnections;
-  const requestPool = resources.own('request pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.request }), (pool) =>
-    pool.end(),
+  const requestPool = resources.own(
+    'request pool',
+    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.request, name: 'request', maxWaitMs: config.limits.requestDeadlineMs }),
+    (pool) => pool.end(),
   );
-  const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.worker }), (pool) =>
-    pool.end(),
+  const workerPool = resources.own(
+    'worker pool',
+    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.worker, name: 'worker' }),
+    (pool) => pool.end(),
   );
-  const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.readiness }), (pool) =>
-    pool.end(),
+  const probePool = resources.own(
+    'readiness pool',
+    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.readiness, name: 'readiness' }),
+    (pool) => pool.end(),
   );
   // The claim checks that requests' runs make inside spend-management slots: short reads that must
   // not queue behind other runs' batch statements while they hold a slot.
   const checkPool = resources.own(
     'claim-check pool',
-    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.claimChecks }),
+    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.claimChecks, name: 'claim-check' }),
     (pool) => pool.end(),
   );
   return { requestPool, workerPool, probePool, checkPool };
