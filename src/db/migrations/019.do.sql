@@ -3,6 +3,8 @@
 -- the claim token and the lease (an UPDATE, so it sees the row's latest version, after any wait);
 -- when that matched no row, this raises SQLSTATE P0409 and the whole statement (the flag, the change
 -- row, its event) is rolled back. A request without a key passes true.
+SET LOCAL lock_timeout = '3s';
+
 CREATE OR REPLACE FUNCTION public.require_idempotency_key(p_held boolean)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
