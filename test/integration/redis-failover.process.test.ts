@@ -2,14 +2,16 @@
 // 100): "paused in PostgreSQL implies paused in Redis" holds on the promoted replica, and a primary
 // without replicas does not stop disables. Real redis-server processes: a primary, and a replica
 // whose replication link runs through a TCP proxy (delayed: a lagging replica; cut: a replica that
-// dropped out); the service reaches Redis through another proxy, retargeted at the failover.
+// dropped out); the built service (as `npm start` runs it) reaches Redis through another proxy,
+// retargeted at the failover.
 import type { ChildProcess } from 'node:child_process';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { postStatus } from '../support/partner.js';
 import { freePort } from '../support/process.js';
+import { type processEnvironment, startServingProcess } from '../support/process-environment.js';
 import { killRedisServer, redisAdmin, spawnRedisServer } from '../support/redis-server.js';
-import { startTestService, type TestService } from '../support/service.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 
 const db = testDatabase();
@@ -21,7 +23,8 @@ let replicaPort: number;
 let replicaAdmin: Redis;
 let link: Awaited<ReturnType<typeof startTcpProxy>>;
 let front: Awaited<ReturnType<typeof startTcpProxy>>;
-let svc: TestService;
+let environment: Awaited<ReturnType<typeof processEnvironment>>;
+let service: Awaited<ReturnType<typeof startServingProcess>>['service'];
 let networkId: string;
 
 beforeAll(async () => {
@@ -40,17 +43,20 @@ beforeAll(async () => {
   });
   front = await startTcpProxy({ host: '127.0.0.1', port: primaryPort });
   networkId = await db.network();
-  svc = await startTestService({
-    partners: [{ key, networkId, name: 'failover' }],
-    redisUrl: front.url,
-    // The chart's Redis settings are the service's defaults: none set here. Short breaker and worker
-    // pauses keep the test quick.
-    env: { RATE_LIMIT_MAX: '0', BREAKER_RESET_TIMEOUT_MS: '300', WORKER_POLL_INTERVAL_MS: '200', WORKER_BACKOFF_MAX_MS: '500' },
-  });
+  // The chart's Redis settings are the service's defaults: none set here. Short breaker and worker
+  // pauses keep the test quick.
+  ({ environment, service } = await startServingProcess({ key, networkId, name: 'failover' }, await db.agent(networkId), {
+    REDIS_URL: front.url,
+    RATE_LIMIT_MAX: '0',
+    BREAKER_RESET_TIMEOUT_MS: '300',
+    WORKER_POLL_INTERVAL_MS: '200',
+    WORKER_BACKOFF_MAX_MS: '500',
+  }));
 });
 
 afterAll(async () => {
-  await svc?.close();
+  await service?.stop();
+  await environment?.close();
   replicaAdmin?.disconnect();
   await front?.close();
   await link?.close();
@@ -64,6 +70,22 @@ async function pausedInReplica(ids: readonly string[]): Promise<number> {
   return values.filter((value) => value === '1').length;
 }
 
+/** A disable over HTTP to the built service: its status. */
+async function disable(agentId: string): Promise<number> {
+  const response = await postStatus(service.baseUrl, key, agentId, false);
+  await response.arrayBuffer();
+  return response.status;
+}
+
+/** One series of the service's metrics, as its exposition lines. */
+async function metric(name: string): Promise<string> {
+  const text = await (await fetch(`${service.metricsUrl}/metrics`)).text();
+  return text
+    .split('\n')
+    .filter((line) => line.startsWith(name))
+    .join('\n');
+}
+
 /**
  * Waits until the primary has `count` replicas connected and the service has seen it (its
  * redis_wait_replicas gauge; it asks the primary once a second).
@@ -74,8 +96,8 @@ async function waitsForReplicas(count: number): Promise<void> {
     await vi.waitFor(
       async () => {
         expect(await primaryAdmin.info('replication')).toMatch(new RegExp(`connected_slaves:${count}\\b`));
-        const gauge = await svc.service.metrics.registry.getSingleMetric('redis_wait_replicas')?.get();
-        if (gauge) expect(gauge.values[0]?.value).toBe(count);
+        const gauge = await metric('redis_wait_replicas ');
+        if (gauge) expect(gauge).toBe(`redis_wait_replicas ${count}`);
       },
       { timeout: 10_000, interval: 100 },
     );
@@ -92,7 +114,7 @@ describe('a Redis failover to a lagging replica, with the chart defaults', () =>
     await waitsForReplicas(1);
     const inStep = await db.agent(networkId);
     const inStepIds = await db.campaigns(inStep, 20);
-    expect((await svc.setStatus(key, inStep, false)).statusCode).toBe(200);
+    expect(await disable(inStep)).toBe(200);
     expect(await pausedInReplica(inStepIds)).toBe(20);
 
     // The replica lags (its stream held back, still connected): nothing is marked paused in the
@@ -100,8 +122,7 @@ describe('a Redis failover to a lagging replica, with the chart defaults', () =>
     link.delay(120_000);
     const lagging = await db.agent(networkId);
     const laggingIds = await db.campaigns(lagging, 20);
-    const held = await svc.setStatus(key, lagging, false);
-    expect(held.statusCode).toBe(500);
+    expect(await disable(lagging)).toBe(500);
     expect((await db.pausedIds(lagging)).size).toBe(0);
 
     // The replica drops out: the primary has none, and disables finish without WAIT (the one held
@@ -111,7 +132,7 @@ describe('a Redis failover to a lagging replica, with the chart defaults', () =>
     await db.pendingDisableGone(lagging, 20_000, 100);
     const alone = await db.agent(networkId);
     const aloneIds = await db.campaigns(alone, 20);
-    expect((await svc.setStatus(key, alone, false)).statusCode).toBe(200);
+    expect(await disable(alone)).toBe(200);
     expect(await pausedInReplica([...laggingIds, ...aloneIds])).toBe(0);
 
     // The failover: the replica promoted, the service's address moved to it, the primary killed.
@@ -135,14 +156,12 @@ describe('a Redis failover to a lagging replica, with the chart defaults', () =>
       },
       { timeout: 20_000, interval: 200 },
     );
-    expect(await svc.service.metrics.registry.getSingleMetricAsString('redis_failover_reasserts_total')).toMatch(
-      /redis_failover_reasserts_total\{outcome="ok"\} [1-9]/,
-    );
+    expect(await metric('redis_failover_reasserts_total')).toMatch(/redis_failover_reasserts_total\{outcome="ok"\} [1-9]/);
 
     // The new primary has no replica: disables go on.
     const after = await db.agent(networkId);
     const afterIds = await db.campaigns(after, 20);
-    await vi.waitFor(async () => expect((await svc.setStatus(key, after, false)).statusCode).toBe(200), { timeout: 10_000, interval: 500 });
+    await vi.waitFor(async () => expect(await disable(after)).toBe(200), { timeout: 10_000, interval: 500 });
     expect(await pausedInReplica(afterIds)).toBe(20);
   });
 });

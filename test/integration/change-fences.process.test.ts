@@ -2,14 +2,15 @@
 // in time answers 503 and never commits later; a request that outlived its Idempotency-Key's lease
 // (a repeat took the key over) changes nothing; a 2026-12-01 disable answers 202 only once its flag
 // is committed. Real PostgreSQL, a second session holding the agent's row, and a TCP proxy that
-// cuts the service's connections.
+// cuts the service's connections. The built service, as `npm start` runs it.
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
-import { startTestService, type TestService } from '../support/service.js';
+import { postStatus } from '../support/partner.js';
+import { type processEnvironment, startServingProcess } from '../support/process-environment.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 import { waitFor } from '../support/wait.js';
 
@@ -17,7 +18,8 @@ const db = testDatabase();
 const key = newApiKey();
 const deadlineMs = 4_000;
 let networkId: string;
-let svc: TestService;
+let environment: Awaited<ReturnType<typeof processEnvironment>>;
+let service: Awaited<ReturnType<typeof startServingProcess>>['service'];
 let proxy: Awaited<ReturnType<typeof startTcpProxy>>;
 
 beforeAll(async () => {
@@ -25,24 +27,22 @@ beforeAll(async () => {
   const database = new URL(databaseUrl());
   proxy = await startTcpProxy({ host: database.hostname, port: Number(database.port || 5432) });
   database.host = `127.0.0.1:${proxy.port}`;
-  svc = await startTestService({
-    partners: [{ key, networkId, name: 'fenced' }],
-    env: {
-      DATABASE_URL: database.toString(),
-      DATABASE_POOL_SIZE: '2',
-      // Statements that wait on a row lock stay there, far past the request's deadline and lease.
-      DATABASE_STATEMENT_TIMEOUT_MS: '15000',
-      WORKER_LEASE_MS: '17000',
-      REQUEST_DEADLINE_MS: String(deadlineMs),
-      RATE_LIMIT_MAX: '0',
-      WORKER_POLL_INTERVAL_MS: '200',
-      WORKER_BACKOFF_MAX_MS: '500',
-    },
-  });
+  ({ environment, service } = await startServingProcess({ key, networkId, name: 'fenced' }, await db.agent(networkId), {
+    DATABASE_URL: database.toString(),
+    DATABASE_POOL_SIZE: '2',
+    // Statements that wait on a row lock stay there, far past the request's deadline and lease.
+    DATABASE_STATEMENT_TIMEOUT_MS: '15000',
+    WORKER_LEASE_MS: '17000',
+    REQUEST_DEADLINE_MS: String(deadlineMs),
+    RATE_LIMIT_MAX: '0',
+    WORKER_POLL_INTERVAL_MS: '200',
+    WORKER_BACKOFF_MAX_MS: '500',
+  }));
 });
 
 afterAll(async () => {
-  await svc?.close();
+  await service?.stop();
+  await environment?.close();
   await proxy?.close();
   await db.close();
 });
@@ -75,7 +75,14 @@ async function statementsWaitingForAgentRows(count: number): Promise<void> {
   );
 }
 
-type Answer = Awaited<ReturnType<TestService['setStatus']>>;
+/** A partner's status change over HTTP to the built service, read whole. */
+async function setStatus(agentId: string, enabled: boolean, headers: Record<string, string> = {}) {
+  const response = await postStatus(service.baseUrl, key, agentId, enabled, { headers });
+  const body = await response.text();
+  return { statusCode: response.status, headers: Object.fromEntries(response.headers), json: () => JSON.parse(body) };
+}
+
+type Answer = Awaited<ReturnType<typeof setStatus>>;
 
 /** A request that may never answer on a defective build: its answer once it comes, and when. */
 function tracked(request: Promise<Answer>) {
@@ -95,10 +102,13 @@ describe('an enable behind a full connection pool', () => {
     let holders: ReturnType<typeof tracked>[] = [];
     try {
       // Both request connections wait for the locked row.
-      holders = [tracked(svc.setStatus(key, busy, true)), tracked(svc.setStatus(key, busy, true))];
-      await statementsWaitingForAgentRows(2);
+      holders = [tracked(setStatus(busy, true)), tracked(setStatus(busy, true))];
+      await statementsWaitingForAgentRows(2).catch((error: Error) => {
+        // What the two requests answered instead of waiting, if they did.
+        throw new Error(`${error.message}; answers: ${holders.map((holder) => holder.answer?.statusCode ?? 'none').join(', ')}`);
+      });
       const sentAt = performance.now();
-      const enable = tracked(svc.setStatus(key, waiting, true));
+      const enable = tracked(setStatus(waiting, true));
       await waitFor(() => enable.answer !== undefined, {
         timeoutMs: deadlineMs + 4_000,
         intervalMs: 50,
@@ -121,7 +131,7 @@ describe('an enable behind a full connection pool', () => {
     });
     expect(holders.map((holder) => holder.answer!.statusCode)).toEqual([200, 200]);
     // A later statement of the service on the same pool has run, so nothing of the refused enable is queued.
-    expect((await svc.setStatus(key, busy, true)).statusCode).toBe(200);
+    expect((await setStatus(busy, true)).statusCode).toBe(200);
     expect(await db.agentApproved(waiting)).toBe(false);
     expect(await db.changeCount(waiting)).toBe(0);
   });
@@ -135,7 +145,7 @@ describe('an Idempotency-Key whose holder waits past its lease', () => {
     let first: ReturnType<typeof tracked>;
     let repeat: ReturnType<typeof tracked>;
     try {
-      first = tracked(svc.setStatus(key, agentId, true, { 'idempotency-key': idempotencyKey }));
+      first = tracked(setStatus(agentId, true, { 'idempotency-key': idempotencyKey }));
       await statementsWaitingForAgentRows(1);
       // The first request's claim runs out (its lease is the deadline plus 5 s) while its statement waits.
       await waitFor(
@@ -148,7 +158,7 @@ describe('an Idempotency-Key whose holder waits past its lease', () => {
         },
         { timeoutMs: deadlineMs + 15_000, intervalMs: 100, failure: "the first request's lease did not run out" },
       );
-      repeat = tracked(svc.setStatus(key, agentId, true, { 'idempotency-key': idempotencyKey }));
+      repeat = tracked(setStatus(agentId, true, { 'idempotency-key': idempotencyKey }));
       await statementsWaitingForAgentRows(2);
     } finally {
       await lock.release();
@@ -165,7 +175,7 @@ describe('an Idempotency-Key whose holder waits past its lease', () => {
     // One change for one key: the repeat's.
     expect(await db.changeCount(agentId)).toBe(1);
     expect(await db.agentApproved(agentId)).toBe(true);
-    const again = await svc.setStatus(key, agentId, true, { 'idempotency-key': idempotencyKey });
+    const again = await setStatus(agentId, true, { 'idempotency-key': idempotencyKey });
     expect(again.statusCode).toBe(200);
     expect(again.headers['idempotent-replayed']).toBe('true');
   });
@@ -181,7 +191,7 @@ describe('API version 2026-12-01, the connection lost while a disable waits to s
     const platform = await db.holdAgentRow(agentId);
     let answer: Answer;
     try {
-      const request = svc.setStatus(key, agentId, false, { 'partner-api-version': '2026-12-01' });
+      const request = setStatus(agentId, false, { 'partner-api-version': '2026-12-01' });
       await waitFor(() => db.pendingRow(agentId), { timeoutMs: 10_000, intervalMs: 50, failure: 'the disable was not recorded' });
       proxy.cut();
       answer = await request;
