@@ -41,10 +41,16 @@ export interface Config {
   /**
    * Replicas that must acknowledge a batch's writes before it counts as paused in Redis (WAIT);
    * 0: none asked. For a Redis with replicas and automatic failover, so that a failover cannot
-   * lose a `paused` the database then records.
+   * lose a `paused` the database then records. `connected` (the default): as many as the primary
+   * says it has connected (INFO replication, checked every redisReplicationCheckIntervalMs), none
+   * when it has none.
    */
-  redisWaitReplicas: number;
+  redisWaitReplicas: number | 'connected';
   redisWaitTimeoutMs: number;
+  /** How often the replica asks Redis who it is and how many replicas it has (INFO). */
+  redisReplicationCheckIntervalMs: number;
+  /** After a Redis failover: how far back the disables go whose paused campaigns are marked paused in Redis again. */
+  redisFailoverReassertWindowMs: number;
   spendManagementUrl: string;
   spendManagementToken: string | undefined;
   spendManagementTimeoutMs: number;
@@ -228,6 +234,14 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
   return value;
 }
 
+/** A whole number in [min, max], or the word `fallback` (also when absent). */
+function integerOr<T extends string>(env: Env, name: string, fallback: T, min: number, max: number): number | T {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === '' || raw === fallback) return fallback;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be "${fallback}" or a whole number, got "${raw}"`);
+  return integer(env, name, 0, min, max);
+}
+
 /** true or false (also 1/0, yes/no); absent: `fallback`. */
 function flag(env: Env, name: string, fallback: boolean): boolean {
   const raw = env[name]?.trim().toLowerCase();
@@ -398,8 +412,10 @@ function readConfig(env: Env): Config {
     redisCluster: flag(env, 'REDIS_CLUSTER', false),
     redisKeyPrefix: env.REDIS_KEY_PREFIX ?? '',
     redisCommandTimeoutMs: integer(env, 'REDIS_COMMAND_TIMEOUT_MS', 1_000, 10, 60_000),
-    redisWaitReplicas: integer(env, 'REDIS_WAIT_REPLICAS', 0, 0, 5),
+    redisWaitReplicas: integerOr(env, 'REDIS_WAIT_REPLICAS', 'connected', 0, 5),
     redisWaitTimeoutMs: integer(env, 'REDIS_WAIT_TIMEOUT_MS', 100, 1, 10_000),
+    redisReplicationCheckIntervalMs: integer(env, 'REDIS_REPLICATION_CHECK_INTERVAL_MS', 1_000, 100, 60_000),
+    redisFailoverReassertWindowMs: integer(env, 'REDIS_FAILOVER_REASSERT_WINDOW_MS', 3_600_000, 0, 7 * 24 * 3_600_000),
     spendManagementUrl: url(env, 'SPEND_MANAGEMENT_URL', ['http:', 'https:']),
     spendManagementToken: token ? token : undefined,
     spendManagementTimeoutMs: integer(env, 'SPEND_MANAGEMENT_TIMEOUT_MS', 2_000, 10, 60_000),

@@ -23,6 +23,7 @@ import { createEventOutbox, type EventOutbox } from './stores/event-outbox.js';
 import { createIdempotencyKeys } from './stores/idempotency-keys.js';
 import { createDatabasePool } from './stores/postgres.js';
 import { createRedisClient, type RedisClient } from './stores/redis-clients.js';
+import { startFailoverReassert } from './stores/redis-failover.js';
 import { createSentPauses } from './stores/sent-pauses.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
 import { boundedBy, serverBounds, statementsFor } from './stores/statements.js';
@@ -83,6 +84,19 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   const idempotencyKeys = createIdempotencyKeys(requestPool, metrics, config.limits.idempotencyKeysPerNetwork, statement);
 
   const campaignState = ownCampaignState(config, options, metrics, resources);
+  // After a Redis failover, what the database records as paused recently is paused in Redis again.
+  resources.own(
+    'redis failover re-assertion',
+    startFailoverReassert({
+      pool: workerPool,
+      campaignState,
+      windowMs: config.redisFailoverReassertWindowMs,
+      retryMs: config.redisReplicationCheckIntervalMs,
+      metrics,
+      log: logger,
+    }),
+    (reassert) => reassert.stop(),
+  );
   // The rate limit's own client (none when the limit is off): it must fail fast (fail open) and
   // never queue while disconnected.
   const rateLimitRedis = config.limits.rateLimitMax > 0 ? await connectRateLimitRedis(config, resources) : undefined;
@@ -321,20 +335,26 @@ async function openPools(config: Config, failover: ServerFailover, resources: Re
     pooler: config.databasePooler,
   };
   const shares = config.databaseConnections;
-  const requestPool = resources.own('request pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.request }), (pool) =>
-    pool.end(),
+  const requestPool = resources.own(
+    'request pool',
+    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.request, name: 'request', maxWaitMs: config.limits.requestDeadlineMs }),
+    (pool) => pool.end(),
   );
-  const workerPool = resources.own('worker pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.worker }), (pool) =>
-    pool.end(),
+  const workerPool = resources.own(
+    'worker pool',
+    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.worker, name: 'worker' }),
+    (pool) => pool.end(),
   );
-  const probePool = resources.own('readiness pool', await createDatabasePool({ ...poolOptions, maxPoolSize: shares.readiness }), (pool) =>
-    pool.end(),
+  const probePool = resources.own(
+    'readiness pool',
+    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.readiness, name: 'readiness' }),
+    (pool) => pool.end(),
   );
   // The claim checks that requests' runs make inside spend-management slots: short reads that must
   // not queue behind other runs' batch statements while they hold a slot.
   const checkPool = resources.own(
     'claim-check pool',
-    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.claimChecks }),
+    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.claimChecks, name: 'claim-check' }),
     (pool) => pool.end(),
   );
   return { requestPool, workerPool, probePool, checkPool };
@@ -380,6 +400,7 @@ function ownCampaignState(config: Config, options: ServiceOptions, metrics: Metr
         commandTimeoutMs: config.redisCommandTimeoutMs,
         waitReplicas: config.redisWaitReplicas,
         waitTimeoutMs: config.redisWaitTimeoutMs,
+        replicationCheckIntervalMs: config.redisReplicationCheckIntervalMs,
         metrics,
       }),
     (store) => store.close(),

@@ -7,10 +7,16 @@
  */
 
 /** What became of a status change request: the audit line's `outcome`, the metrics' label. */
-export type ChangeOutcome = 'updated' | 'accepted' | 'not_found' | 'limited' | 'precondition_failed' | 'superseded' | 'failed';
+export type ChangeOutcome = 'updated' | 'accepted' | 'not_found' | 'limited' | 'precondition_failed' | 'superseded' | 'key_lost' | 'failed';
 
 /** The problem kinds the use case's failures are answered with (a subset of src/http/problems.ts's). */
-export type FailureProblem = 'notFound' | 'tooManyDisables' | 'preconditionFailed' | 'superseded' | 'dependencyFailure';
+export type FailureProblem =
+  | 'notFound'
+  | 'tooManyDisables'
+  | 'preconditionFailed'
+  | 'superseded'
+  | 'idempotencyKeyInUse'
+  | 'dependencyFailure';
 
 /** A failure the use case names: the outcome it stands for and the problem it is answered with. */
 export abstract class ChangeFailure extends Error {

@@ -4,6 +4,7 @@ import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api'
 import { DependencyError } from '../observability/dependency-calls.js';
 import type { AgentRepository, AgentStatusView, ChangeConditions, Lease, StatusChangeRow } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
+import { PoolWaitExceeded, waitingUntil } from '../stores/pool-wait.js';
 import type { SentPauses } from '../stores/sent-pauses.js';
 import { AnswerClock, type DisableProgress, estimatedRemaining, type ShutdownClock, sleepUntil } from './answer-clock.js';
 import type { RunCause, RunEnd, RunRequest, RunStores } from './disable-run.js';
@@ -39,6 +40,8 @@ export class DisableIncomplete extends ChangeFailure {
     readonly pausedCampaignCount: number,
     readonly remainingCampaignCount: number | undefined,
     readonly runCause: RunCause,
+    /** Whether agent_approved = false was known committed when the request answered (a 202 of 2026-12-01 needs it). */
+    readonly flagged = true,
   ) {
     super(`disable incomplete: ${runCause.kind}`);
   }
@@ -51,6 +54,19 @@ export class PreconditionFailed extends ChangeFailure {
   readonly problem = 'preconditionFailed';
   constructor() {
     super('the agent changed since the tag given in If-Match');
+  }
+}
+
+/**
+ * The request's Idempotency-Key passed to a repeat (this request outlived its claim's lease, a
+ * repeat took the key over) before its change could commit: nothing was changed (docs/interfaces.md §11).
+ */
+export class IdempotencyKeyLost extends ChangeFailure {
+  override readonly name = 'IdempotencyKeyLost';
+  readonly outcome = 'key_lost';
+  readonly problem = 'idempotencyKeyInUse';
+  constructor() {
+    super('the idempotency key passed to a repeat of this request');
   }
 }
 
@@ -231,6 +247,7 @@ class DisableRequest {
     );
     if (!outcome) throw new AgentNotInNetwork();
     if (outcome === 'precondition_failed') throw new PreconditionFailed();
+    if (outcome === 'key_lost') throw new IdempotencyKeyLost();
     this.recorded(outcome.unpaused, outcome.flagged);
     // From here on the disable is recorded: whatever fails, the answer carries the counts.
     try {
@@ -313,7 +330,12 @@ class DisableRequest {
   private settle(end: RunEnd): number | undefined {
     if (end.kind === 'completed') return this.progress.paused;
     if (end.kind === 'incomplete') {
-      throw new DisableIncomplete(this.progress.paused, end.remaining ?? estimatedRemaining(this.progress), end.cause);
+      throw new DisableIncomplete(
+        this.progress.paused,
+        end.remaining ?? estimatedRemaining(this.progress),
+        end.cause,
+        this.progress.flagged,
+      );
     }
     return undefined;
   }
@@ -325,7 +347,7 @@ class DisableRequest {
       () => this.side.agents.remainingCampaigns(this.command.agentId),
       estimatedRemaining(this.progress),
     );
-    return new DisableIncomplete(paused, remaining, cause);
+    return new DisableIncomplete(paused, remaining, cause, this.progress.flagged);
   }
 }
 
@@ -361,8 +383,14 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     // An enable made already (madeAs) answers as it did: it is never made a second time.
     if (command.madeAs !== undefined) return;
     const author = { partnerName: command.partnerName, requestId: command.requestId };
-    const done = await agents.enable(command.networkId, command.agentId, author, command.conditions);
+    // The fence must fit before the deadline: the statement waits for a connection only until the
+    // deadline less the fence, and is not started at all past that (a 503 with nothing changed, never
+    // a late commit answered without its fence).
+    const startBy = command.deadline - deps.supersedeFenceMs;
+    if (performance.now() >= startBy) throw new PoolWaitExceeded('enable_agent: too close to the deadline to start with its fence');
+    const done = await waitingUntil(startBy, () => agents.enable(command.networkId, command.agentId, author, command.conditions));
     if (done === 'precondition_failed') throw new PreconditionFailed();
+    if (done === 'key_lost') throw new IdempotencyKeyLost();
     if (!done) throw new AgentNotInNetwork();
     // The enable's fence (docs/interfaces.md §9): a run of the disable it superseded may have had
     // its claim check answered just before this commit; no call starts on an answer older than

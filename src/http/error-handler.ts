@@ -4,11 +4,13 @@ import {
   AgentNotInNetwork,
   DisableIncomplete,
   DisableSuperseded,
+  IdempotencyKeyLost,
   PreconditionFailed,
   TooManyDisables,
 } from '../agents/set-agent-status.js';
 import { DependencyError } from '../observability/dependency-calls.js';
 import { redactKnownKeys } from '../observability/key-finder.js';
+import { PoolWaitExceeded } from '../stores/pool-wait.js';
 import { convenienceTexts, type Problem, type ProblemKind, partnerTexts, problem, problemDetails, sendProblem } from './problems.js';
 
 interface AjvError {
@@ -64,8 +66,10 @@ export function logIncompleteDisable(request: FastifyRequest, error: DisableInco
 /** What the 500 of an incomplete disable says, by why its run stopped. */
 function incompleteDetail(error: DisableIncomplete): string {
   const cause = error.runCause;
+  // Not "the agent is disabled" while its flag is not known committed.
+  if (cause.kind === 'agent_locked' || !error.flagged) return problemDetails.recorded;
   if (cause.kind === 'deadline' || cause.kind === 'shutdown') return problemDetails.deadline;
-  return cause.kind === 'agent_locked' ? problemDetails.recorded : problemDetails.pause;
+  return problemDetails.pause;
 }
 
 /**
@@ -76,6 +80,10 @@ export function failureProblem(error: ChangeFailure, request: FastifyRequest, re
   const id = request.id;
   if (error instanceof AgentNotInNetwork) return problem(error.problem, partnerTexts.notInNetwork, id);
   if (error instanceof PreconditionFailed) return problem(error.problem, convenienceTexts.preconditionFailed, id);
+  if (error instanceof IdempotencyKeyLost) {
+    reply.header('retry-after', '1');
+    return problem(error.problem, convenienceTexts.keyLost, id);
+  }
   if (error instanceof TooManyDisables) {
     reply.header('retry-after', '1');
     return problem(error.problem, partnerTexts.tooManyDisables(error.limit), id);
@@ -113,6 +121,12 @@ const frameworkProblems: Record<string, [ProblemKind, string]> = {
 export function errorHandler(error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
   const id = request.id;
   if (error instanceof ChangeFailure) return sendProblem(reply, failureProblem(error, request, reply));
+  if (error instanceof PoolWaitExceeded) {
+    // Every connection busy for as long as the request could wait: nothing was sent, so nothing changed.
+    request.log.error(error.logFields, 'dependency failure');
+    reply.header('retry-after', '1');
+    return sendProblem(reply, problem('unavailable', problemDetails.poolFull, id));
+  }
   if (error instanceof DependencyError) {
     request.log.error(error.logFields, 'dependency failure');
     return sendProblem(reply, problem('dependencyFailure', problemDetails.database, id));

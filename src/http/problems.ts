@@ -78,8 +78,10 @@ export const problemDetails = {
     'The agent is disabled, but pausing its campaigns takes longer than one request may. The service keeps pausing them by itself; ' +
     progressAt,
   recorded:
-    'The disable is recorded, but another transaction holds the agent in the database. The service disables the agent and pauses its campaigns by itself as soon as it is free; ' +
+    'The disable is recorded, but the agent is not disabled in the database yet (another transaction holds it, or the database stopped answering). The service disables the agent and pauses its campaigns by itself as soon as it can; ' +
     progressAt,
+  poolFull:
+    'Every database connection of this replica stayed busy for as long as the request could wait. Nothing was changed; repeat the request after the number of seconds in Retry-After.',
   database: 'The database did not answer; the change may not have been made. Repeat the request: it is always safe to repeat.',
   superseded:
     'An enable of this agent was answered after this disable was requested, so this disable stopped pausing campaigns. The agent is enabled.',
@@ -126,6 +128,8 @@ export const convenienceTexts = {
     'This Idempotency-Key was used for another request (another agentId or enabled) within the last 24 hours. Use a new key for a new request.',
   keyInUse:
     'The first request with this Idempotency-Key is still being answered. Repeat after the number of seconds in Retry-After to get its answer.',
+  keyLost:
+    'This request waited so long that a repeat with the same Idempotency-Key took the key over; this request changed nothing. Repeat after the number of seconds in Retry-After to get the answer of the request that holds the key.',
   keyQuota:
     'Your network holds as many Idempotency-Keys as it may (each is kept 24 hours). Nothing was changed. Repeat after the number of seconds in Retry-After, or send the request without a new key.',
   preconditionFailed:

@@ -265,6 +265,27 @@ function failoverMetrics(registry: Registry) {
       help: 'PostgreSQL connections closed (idle) or marked to close on release (busy) because the replica left their server.',
       registers: [registry],
     }),
+    redisWaitReplicas: new Gauge({
+      name: 'redis_wait_replicas',
+      help: 'Replicas a batch written to Redis must reach (WAIT) before it counts as paused: REDIS_WAIT_REPLICAS, or with `connected` the replicas the primary last said it has (0: no WAIT).',
+      registers: [registry],
+    }),
+    redisFailovers: new Counter({
+      name: 'redis_failovers_total',
+      help: 'Times the Redis server behind REDIS_URL was found replaced (another run_id or replication id: a failover, or a restart that may have lost writes).',
+      registers: [registry],
+    }),
+    redisReasserts: new Counter({
+      name: 'redis_failover_reasserts_total',
+      help: 'Re-assertions in Redis of the campaigns PostgreSQL records as paused by recent disables, after a Redis failover, by outcome (ok, failed: tried again at the next check).',
+      labelNames: ['outcome'] as const,
+      registers: [registry],
+    }),
+    redisReassertedCampaigns: new Counter({
+      name: 'redis_failover_reasserted_campaigns_total',
+      help: 'Campaigns marked paused in Redis again after a Redis failover because PostgreSQL records them as paused.',
+      registers: [registry],
+    }),
   };
 }
 

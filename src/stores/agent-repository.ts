@@ -83,7 +83,8 @@ export interface AgentStatusView {
  * agent's changes, migration 011; '0': the agent has none);
  * the check and the change are one transaction, serialised with every other change of the agent.
  * `keyClaim`: the idempotency key this request holds; the change's statement records its change id
- * there, fenced by the claim.
+ * there, fenced by the claim and its lease, and changes nothing when the key passed to another
+ * request meanwhile (the method answers 'key_lost').
  */
 export interface ChangeConditions {
   ifMatch?: readonly string[];
@@ -110,14 +111,15 @@ export interface AgentRepository {
   /**
    * agent_approved = true, the pending disable deleted, a change row appended (`supersededDisable`:
    * a pending disable was deleted, whose run may still be about to start a call); false: not in the
-   * network; 'precondition_failed': `conditions.ifMatch` did not match, nothing changed.
+   * network; 'precondition_failed': `conditions.ifMatch` did not match, nothing changed; 'key_lost':
+   * the request no longer held `conditions.keyClaim`, nothing changed.
    */
   enable(
     networkId: string,
     agentId: string,
     author: ChangeAuthor,
     conditions?: ChangeConditions,
-  ): Promise<{ supersededDisable: boolean } | false | 'precondition_failed'>;
+  ): Promise<{ supersededDisable: boolean } | false | 'precondition_failed' | 'key_lost'>;
   /**
    * Records the disable without waiting for any lock: the pending row upserted (claimed for this
    * request unless another live run holds it) and a change row appended; agent_approved = false
@@ -130,7 +132,7 @@ export interface AgentRepository {
     lease: Lease & { traceParent: string | null },
     batchSize: number,
     conditions?: ChangeConditions,
-  ): Promise<DisableOutcome | undefined | 'precondition_failed'>;
+  ): Promise<DisableOutcome | undefined | 'precondition_failed' | 'key_lost'>;
   /** The status, and the number of the agent's latest change among its changes ('0' when it has none). */
   readStatus(networkId: string, agentId: string): Promise<(AgentStatusView & { latestChangeId: string }) | undefined>;
   /**
@@ -177,10 +179,35 @@ const recordChange = (
     SELECT agent_id, network_id, ${enabled}, ${author.partnerName}, ${author.requestId ?? null} FROM serial
     RETURNING change_id, agent_id, network_id, enabled, agent_seq, changed_at
   ), ${changeEvent(eventSource)}, keyed AS (
+    -- An UPDATE, so it reads the key's latest version after every wait of the statement: a repeat
+    -- that took the key over meanwhile (this request's lease ran out) leaves it no row, and then
+    -- key_held rolls the whole statement back (migration 019).
     UPDATE idempotency_keys k SET change_id = c.change_id FROM change c
     WHERE k.network_id = ${claim?.networkId ?? null}::uuid AND k.idempotency_key = ${claim?.key ?? null}
-      AND k.claim_token = ${claim?.claimToken ?? null}::uuid
+      AND k.claim_token = ${claim?.claimToken ?? null}::uuid AND k.lease_until > clock_timestamp()
+    RETURNING 1
+  ), key_held AS (
+    SELECT public.require_idempotency_key(${claim === undefined} OR EXISTS (SELECT 1 FROM keyed)) AS held
   )`;
+
+/** The SQLSTATE of migration 019's refusal: the request's idempotency key passed to another request. */
+const keyLostSqlstate = 'P0409';
+
+/** Whether a statement failed because its request no longer held its idempotency key. */
+function lostKey(error: unknown): boolean {
+  const failure = error as { code?: unknown; cause?: { code?: unknown } };
+  return (failure.code ?? failure.cause?.code) === keyLostSqlstate;
+}
+
+/** A status change's statement (or transaction), answering 'key_lost' when migration 019 refused it: nothing was changed. */
+async function keyHeld<T>(statement: Promise<T>): Promise<T | 'key_lost'> {
+  try {
+    return await statement;
+  } catch (error) {
+    if (lostKey(error)) return 'key_lost';
+    throw error;
+  }
+}
 
 interface StatementParts {
   pool: DatabasePool;
@@ -222,19 +249,22 @@ function statusChanges({ pool, timed, statement, eventSource }: StatementParts):
             -- while this statement waited for the change lock: that disable, too, is superseded.
             SELECT public.supersede_pending_disable(serial.agent_id) AS superseded FROM serial
           ), ${recordChange(true, author, conditions.keyClaim, eventSource)}
-          SELECT coalesce((SELECT superseded FROM cleared), false) AS superseded FROM agent`;
-        const made = (row: z.infer<typeof enableRow> | null) => (row ? { supersededDisable: row.superseded } : false);
-        if (!conditions.ifMatch) return made(await pool.maybeOne(change));
+          SELECT coalesce((SELECT superseded FROM cleared), false) AS superseded, (SELECT held FROM key_held) AS key_held FROM agent`;
+        const made = (row: z.infer<typeof enableRow> | null | 'key_lost') =>
+          row === 'key_lost' ? row : row ? { supersededDisable: row.superseded } : false;
+        if (!conditions.ifMatch) return made(await keyHeld(pool.maybeOne(change)));
         const ifMatch = conditions.ifMatch;
-        return pool.transaction(async (tx) => {
-          // The agent row first (an enable may wait for it), then the agent's change lock.
-          const agent = await tx.maybeOne(sql.type(oneRow)`
+        return keyHeld(
+          pool.transaction(async (tx) => {
+            // The agent row first (an enable may wait for it), then the agent's change lock.
+            const agent = await tx.maybeOne(sql.type(oneRow)`
             SELECT 1 AS one FROM agents WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid FOR NO KEY UPDATE`);
-          if (!agent) return false;
-          const verdict = await checkLatest(tx, networkId, agentId, ifMatch);
-          if (verdict !== 'match') return verdict === 'absent' ? false : 'precondition_failed';
-          return made(await tx.maybeOne(change));
-        });
+            if (!agent) return false;
+            const verdict = await checkLatest(tx, networkId, agentId, ifMatch);
+            if (verdict !== 'match') return verdict === 'absent' ? false : 'precondition_failed';
+            return made(await tx.maybeOne(change));
+          }),
+        );
       }),
 
     disable: (networkId, agentId, author, lease, batchSize, conditions = {}) =>
@@ -275,22 +305,28 @@ function statusChanges({ pool, timed, statement, eventSource }: StatementParts):
                  EXISTS (SELECT 1 FROM flagged) AS flagged,
                  ARRAY(SELECT id::text FROM public.unpaused_campaigns_after(agent.agent_id, NULL, ${batchSize}) AS id
                        WHERE EXISTS (SELECT 1 FROM flagged)) AS campaign_ids,
-                 (SELECT count(*) FROM campaigns c WHERE ${unpausedOf(agentId)})::int AS unpaused
+                 (SELECT count(*) FROM campaigns c WHERE ${unpausedOf(agentId)})::int AS unpaused,
+                 (SELECT held FROM key_held) AS key_held
           FROM agent`;
         let row: z.infer<typeof disableRow> | null;
         if (conditions.ifMatch) {
           const ifMatch = conditions.ifMatch;
-          const result = await pool.transaction(async (tx) => {
-            // No wait for the agent row here: the network with the change lock, the check, the statement.
-            const verdict = await checkLatest(tx, networkId, agentId, ifMatch);
-            if (verdict !== 'match') return verdict;
-            return tx.maybeOne(change);
-          });
+          const result = await keyHeld(
+            pool.transaction(async (tx) => {
+              // No wait for the agent row here: the network with the change lock, the check, the statement.
+              const verdict = await checkLatest(tx, networkId, agentId, ifMatch);
+              if (verdict !== 'match') return verdict;
+              return tx.maybeOne(change);
+            }),
+          );
+          if (result === 'key_lost') return result;
           if (result === 'absent') return undefined;
           if (result === 'mismatch') return 'precondition_failed';
           row = result;
         } else {
-          row = await pool.maybeOne(change);
+          const result = await keyHeld(pool.maybeOne(change));
+          if (result === 'key_lost') return result;
+          row = result;
         }
         return row
           ? { changeId: row.change_id, claimed: row.claimed, flagged: row.flagged, firstBatch: row.campaign_ids, unpaused: row.unpaused }

@@ -12,6 +12,11 @@ export interface CampaignStateStore {
    * WRONGTYPE) is left out, and only a failure of Redis itself (connection, time-out) rejects.
    */
   markPaused(campaignIds: readonly string[]): Promise<{ confirmed: string[] }>;
+  /**
+   * Calls `listener` each time the Redis behind REDIS_URL is found replaced (a failover to a replica,
+   * or a restart): writes its predecessor acknowledged may be missing there.
+   */
+  onFailover?(listener: () => void): void;
   close(): Promise<void>;
 }
 
@@ -62,9 +67,96 @@ export interface RedisCampaignStateOptions extends RedisLocation {
   keyPrefix: string;
   commandTimeoutMs: number;
   metrics: Metrics;
-  /** With more than 0: WAIT for that many replicas after the script (docs/interfaces.md §9). */
-  waitReplicas?: number;
+  /**
+   * With more than 0: WAIT for that many replicas after the script (docs/interfaces.md §9);
+   * `connected`: for as many as the primary says it has connected, no WAIT when it has none.
+   */
+  waitReplicas?: number | 'connected';
   waitTimeoutMs?: number;
+  /** How often INFO is asked (the replicas `connected` waits for, and whether the server was replaced). */
+  replicationCheckIntervalMs?: number;
+}
+
+/** One INFO field's value (`name:value` lines). */
+function infoField(info: string, name: string): string | undefined {
+  return new RegExp(`^${name}:(.*)$`, 'm').exec(info)?.[1]?.trim();
+}
+
+/**
+ * What the replica last learnt from each primary's INFO: the replicas it has connected (what
+ * `connected` waits for) and who it is (run_id and replication id). A primary whose identity
+ * changed, or a new one at an address that was not a primary before, is a failover (or a restart
+ * without its data): the listeners are told. A check that fails keeps what was known.
+ */
+class ReplicationWatch {
+  private readonly replicasByNode = new Map<string, number>();
+  private readonly identities = new Map<string, string>();
+  private readonly listeners: (() => void)[] = [];
+  private readonly timer: NodeJS.Timeout;
+  private answered = false;
+  private asking: Promise<void> | undefined;
+
+  constructor(
+    private readonly client: RedisClient,
+    intervalMs: number,
+    private readonly metrics: Metrics,
+  ) {
+    this.timer = setInterval(() => void this.check(), intervalMs);
+    this.timer.unref();
+  }
+
+  /** Settles once some primary has answered INFO (asking now, once, while none has): the counts are known. */
+  known(): Promise<void> {
+    if (this.answered) return Promise.resolve();
+    this.asking ??= this.check().finally(() => {
+      this.asking = undefined;
+    });
+    return this.asking;
+  }
+
+  /** The replicas the primary at `address` ('' for the one server of REDIS_URL) has connected; 0 when unknown. */
+  replicas(address = ''): number {
+    return this.replicasByNode.get(address) ?? 0;
+  }
+
+  onFailover(listener: () => void): void {
+    this.listeners.push(listener);
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  private async check(): Promise<void> {
+    const nodes: { address: string; node: Redis }[] =
+      this.client instanceof Cluster
+        ? this.client.nodes('master').map((node) => ({ address: `${node.options.host}:${node.options.port}`, node }))
+        : [{ address: '', node: this.client }];
+    let replaced = false;
+    await Promise.all(
+      nodes.map(async ({ address, node }) => {
+        try {
+          const answers = (await node.pipeline().info('server').info('replication').exec()) ?? [];
+          const [server, replication] = answers.map(([error, text]) => (error ? '' : String(text)));
+          if (infoField(replication ?? '', 'role') !== 'master') return;
+          this.answered = true;
+          this.replicasByNode.set(address, Number(infoField(replication ?? '', 'connected_slaves') ?? 0));
+          const identity = `${infoField(server ?? '', 'run_id')}/${infoField(replication ?? '', 'master_replid')}`;
+          const known = this.identities.get(address);
+          // The first look at a single server is no failover; in a cluster, a primary at a new
+          // address after the first check is one (a replica promoted).
+          if (known !== identity && (known !== undefined || (address !== '' && this.identities.size > 0))) replaced = true;
+          this.identities.set(address, identity);
+        } catch {
+          // Not connected, or no answer in time: what was known stays; the next check asks again.
+        }
+      }),
+    );
+    this.metrics.redisWaitReplicas.set(Math.max(0, ...this.replicasByNode.values()));
+    if (!replaced) return;
+    this.metrics.redisFailovers.inc();
+    for (const listener of this.listeners) listener();
+  }
 }
 
 /**
@@ -109,14 +201,18 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
     });
   }
 
-  const waitReplicas = options.waitReplicas ?? 0;
+  const configuredReplicas = options.waitReplicas ?? 0;
+  const watch = new ReplicationWatch(client, options.replicationCheckIntervalMs ?? 1_000, options.metrics);
+  if (configuredReplicas !== 'connected') options.metrics.redisWaitReplicas.set(configuredReplicas);
+  /** The replicas WAIT asks for on the primary at `address` ('' for the one server). */
+  const replicasFor = (address = '') => (configuredReplicas === 'connected' ? watch.replicas(address) : configuredReplicas);
   /**
    * The script and WAIT in one round trip (a pipeline): the batch counts as paused in Redis only
    * once `waitReplicas` replicas have its writes, so a failover to one of them keeps them. Fewer
    * acknowledgements within the time-out fail the batch as a Redis failure (`redis:unavailable`):
    * nothing is marked in the database, and the batch is settled once a replica answers again.
    */
-  async function pausedAndReplicated(client: Redis, campaignIds: readonly string[]): Promise<number[]> {
+  async function pausedAndReplicated(client: Redis, campaignIds: readonly string[], waitReplicas: number): Promise<number[]> {
     const answers = await client
       .pipeline()
       .markCampaignsPaused(campaignIds.length, ...campaignIds.map(campaignKey))
@@ -150,7 +246,7 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
         if (answer.status === 'fulfilled') confirmed.push(campaignIds[index]!);
         else if (!(answer.reason instanceof ReplyError) || refusesAsAWhole.test(answer.reason.message)) throw answer.reason;
       });
-      if (waitReplicas > 0 && confirmed.length > 0) await replicated(cluster, confirmed);
+      if (confirmed.length > 0) await replicated(cluster, confirmed);
       return { confirmed };
     } finally {
       clearTimeout(timer);
@@ -165,14 +261,14 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
   async function replicated(cluster: Cluster, campaignIds: readonly string[]): Promise<void> {
     const served = new Set(campaignIds.map((id) => cluster.slots[calculateSlot(`${options.keyPrefix}${campaignKey(id)}`)]?.[0]));
     const primaries = cluster.nodes('master').filter((node) => served.has(`${node.options.host}:${node.options.port}`));
-    const acknowledged = await Promise.all(primaries.map((node) => node.wait(waitReplicas, options.waitTimeoutMs ?? 100)));
-    const short = acknowledged.filter((count) => Number(count) < waitReplicas).length;
+    const wanted = primaries.map((node) => replicasFor(`${node.options.host}:${node.options.port}`));
+    if (wanted.every((count) => count === 0)) return;
+    const acknowledged = await Promise.all(
+      primaries.map((node, index) => (wanted[index]! > 0 ? node.wait(wanted[index]!, options.waitTimeoutMs ?? 100) : 0)),
+    );
+    const short = acknowledged.filter((count, index) => Number(count) < wanted[index]!).length;
     if (short > 0 || primaries.length < served.size) {
-      throw new DependencyError(
-        'redis',
-        'unavailable',
-        `WAIT: ${short} of ${served.size} primaries without ${waitReplicas} replicas acknowledging`,
-      );
+      throw new DependencyError('redis', 'unavailable', `WAIT: ${short} of ${served.size} primaries without their replicas acknowledging`);
     }
   }
 
@@ -185,10 +281,13 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
         'mark_campaigns_paused',
         async () => {
           await connected();
+          // The replicas to wait for are known once INFO has been asked once (at start, bounded by the command time-out).
+          if (configuredReplicas === 'connected') await watch.known();
           if (client instanceof Cluster) return markPausedInCluster(client, campaignIds);
+          const waitReplicas = replicasFor();
           const results =
             waitReplicas > 0
-              ? await pausedAndReplicated(client, campaignIds)
+              ? await pausedAndReplicated(client, campaignIds, waitReplicas)
               : await client.markCampaignsPaused(campaignIds.length, ...campaignIds.map(campaignKey));
           if (!Array.isArray(results) || results.length !== campaignIds.length) {
             throw new DependencyError('redis', 'bad_response', 'incomplete answer');
@@ -197,7 +296,9 @@ export function createRedisCampaignState(options: RedisCampaignStateOptions): Ca
         },
         redisFailure,
       ),
+    onFailover: (listener) => watch.onFailover(listener),
     async close() {
+      watch.stop();
       await client.quit().catch(() => client.disconnect());
     },
   };

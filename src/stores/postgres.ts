@@ -13,6 +13,7 @@ import { type DatabasePooler, statementClientMarginMs } from '../config.js';
 import { DependencyError, type DependencyFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { ServerFailover } from './database-failover.js';
+import { gatedPool } from './pool-wait.js';
 
 // PostgreSQL as every store of src/stores meets it: the pool (direct, or behind a transaction
 // pooler), the one timing wrapper of its statements with the classification of its errors, and
@@ -29,6 +30,14 @@ export interface PoolOptions {
    * idle_in_transaction_session_timeout come from the role's own settings (docs/interfaces.md §13).
    */
   pooler?: DatabasePooler;
+  /**
+   * How long a statement waits for one of this pool's connections at most (default: the statement's
+   * own bound, statement_timeout + the client margin); a nearer bound set by the caller
+   * (waitingUntil) wins. Past it the statement fails with PoolWaitExceeded, never sent.
+   */
+  maxWaitMs?: number;
+  /** The pool's name in a wait failure's message. */
+  name?: string;
 }
 
 /**
@@ -44,6 +53,8 @@ export interface PoolOptions {
  *   passes no client-side limit to node-postgres, so it goes through pg.defaults.query_timeout,
  *   which every pg Client of this process reads: the service's only pg clients are these pools
  *   (the migrator sets its own session limits);
+ * - a statement waits for a free connection at most `maxWaitMs` (src/stores/pool-wait.ts): slonik's
+ *   own queue has no limit;
  * - a connection whose server turned out gone or read-only (25006, 57P01-57P03, a lost connection)
  *   is never reused, and every connection opened before it is retired (src/stores/database-failover.ts).
  * Behind a pooler in transaction mode (`pooler: 'transaction'`) the connection is PgBouncer's and its
@@ -55,7 +66,7 @@ export interface PoolOptions {
 export async function createDatabasePool(options: PoolOptions): Promise<DatabasePool> {
   pg.defaults.query_timeout = options.statementTimeoutMs + statementClientMarginMs;
   const sessionTimeout = (options.pooler ?? 'none') === 'none' ? options.statementTimeoutMs : 'DISABLE_TIMEOUT';
-  return createPool(options.url, {
+  const pool = await createPool(options.url, {
     driverFactory: (options.failover ?? new ServerFailover()).wrap(createPgDriverFactory()),
     maxPoolSize: options.maxPoolSize,
     statementTimeout: sessionTimeout,
@@ -66,6 +77,8 @@ export async function createDatabasePool(options: PoolOptions): Promise<Database
     transactionRetryLimit: 0,
     resetConnection: async () => {},
   });
+  const maxWaitMs = options.maxWaitMs ?? options.statementTimeoutMs + statementClientMarginMs;
+  return gatedPool(pool, options.name ?? 'database', options.maxPoolSize, maxWaitMs);
 }
 
 /**

@@ -258,8 +258,10 @@ DATABASE_POOLER: {{ .Values.database.pooler | quote }}
 REDIS_KEY_PREFIX: {{ .Values.redis.keyPrefix | quote }}
 REDIS_COMMAND_TIMEOUT_MS: {{ .Values.redis.commandTimeoutMs | int64 | toString | quote }}
 REDIS_CLUSTER: {{ .Values.redis.cluster | toString | quote }}
-REDIS_WAIT_REPLICAS: {{ .Values.redis.waitReplicas | int64 | toString | quote }}
+REDIS_WAIT_REPLICAS: {{ if kindIs "string" .Values.redis.waitReplicas }}{{ .Values.redis.waitReplicas | quote }}{{ else }}{{ .Values.redis.waitReplicas | int64 | toString | quote }}{{ end }}
 REDIS_WAIT_TIMEOUT_MS: {{ .Values.redis.waitTimeoutMs | int64 | toString | quote }}
+REDIS_REPLICATION_CHECK_INTERVAL_MS: {{ .Values.redis.replicationCheckIntervalMs | int64 | toString | quote }}
+REDIS_FAILOVER_REASSERT_WINDOW_MS: {{ .Values.redis.failoverReassertWindowMs | int64 | toString | quote }}
 SPEND_MANAGEMENT_URL: {{ .Values.spendManagement.url | quote }}
 SPEND_MANAGEMENT_TIMEOUT_MS: {{ .Values.spendManagement.timeoutMs | int64 | toString | quote }}
 BREAKER_CONSECUTIVE_FAILURES: {{ .Values.breaker.consecutiveFailures | int64 | toString | quote }}

@@ -46,6 +46,7 @@ export const limitResponses = {
     'The service is overloaded or shutting down. Nothing was changed. Repeat after `Retry-After` seconds.',
     {
       unavailable: { summary: 'Shedding load', kind: 'unavailable', detail: problemDetails.unavailable },
+      poolFull: { summary: 'No database connection free in time', kind: 'unavailable', detail: problemDetails.poolFull },
     },
     retryAfterHeader,
   ),
@@ -251,7 +252,7 @@ export function setAgentStatusDocumentation() {
         ),
         409: problemResponse(
           409,
-          'An enable of this agent was answered after this disable was requested: the disable stopped pausing campaigns (`pausedCampaignCount` says how many it paused before). The agent is enabled. Or: the first request with this `Idempotency-Key` is still running; repeat after `Retry-After` seconds.',
+          'An enable of this agent was answered after this disable was requested: the disable stopped pausing campaigns (`pausedCampaignCount` says how many it paused before). The agent is enabled. Or: the first request with this `Idempotency-Key` is still running, or this request outlived its hold on the key and a repeat took it over (this request then changed nothing); repeat after `Retry-After` seconds.',
           {
             superseded: {
               summary: 'Superseded by a later enable',
@@ -260,6 +261,11 @@ export function setAgentStatusDocumentation() {
               extension: { pausedCampaignCount: 12 },
             },
             keyInUse: { summary: 'The Idempotency-Key is in use', kind: 'idempotencyKeyInUse', detail: convenienceTexts.keyInUse },
+            keyLost: {
+              summary: 'A repeat took the Idempotency-Key over; this request changed nothing',
+              kind: 'idempotencyKeyInUse',
+              detail: convenienceTexts.keyLost,
+            },
           },
           { ...retryAfterHeader, ...replayedHeader },
         ),

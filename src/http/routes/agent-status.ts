@@ -5,6 +5,7 @@ import { ChangeFailure, outcomeOf } from '../../agents/outcomes.js';
 import { type AgentStatusUseCase, DisableIncomplete } from '../../agents/set-agent-status.js';
 import type { Metrics } from '../../observability/metrics.js';
 import type { IdempotencyKeys } from '../../stores/idempotency-keys.js';
+import { waitingUntil } from '../../stores/pool-wait.js';
 import { answersWith } from '../api-version-hooks.js';
 import { idempotencyHooks, ifMatchChangeIds, readPrefer } from '../conveniences.js';
 import { failureProblem, logIncompleteDisable } from '../error-handler.js';
@@ -68,17 +69,20 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
             };
       const held = keys.held(request);
       try {
-        const result = await agentStatus.setAgentStatus({
-          networkId: partner.networkId,
-          agentId,
-          enabled,
-          partnerName: partner.name,
-          requestId: request.id,
-          deadline,
-          respondAsync,
-          conditions: { ifMatch: ifMatchChangeIds(request.headers['if-match']), keyClaim: held },
-          ...(held?.changeId ? { madeAs: held.changeId } : {}),
-        });
+        // No statement of the request waits for a database connection past its deadline.
+        const result = await waitingUntil(deadline, () =>
+          agentStatus.setAgentStatus({
+            networkId: partner.networkId,
+            agentId,
+            enabled,
+            partnerName: partner.name,
+            requestId: request.id,
+            deadline,
+            respondAsync,
+            conditions: { ifMatch: ifMatchChangeIds(request.headers['if-match']), keyClaim: held },
+            ...(held?.changeId ? { madeAs: held.changeId } : {}),
+          }),
+        );
         if ('accepted' in result) {
           request.audit.outcome = 'accepted';
           answered('accepted');
@@ -97,11 +101,12 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
           metrics.requestsLimited.inc({ partner: partner.name, limit: 'disables_in_flight' });
           throw error;
         }
-        if (error instanceof DisableIncomplete && answersWith(request, 'incompleteDisableAccepted')) {
-          // API version 2026-12-01 on: the disable is recorded and finishes by itself, which is a
-          // 202 with its status (as for Prefer: respond-async), not a 500 with counts. The status is
-          // told from what the run knew: the flag is not committed yet only while the agent's row
-          // was held by another transaction.
+        if (error instanceof DisableIncomplete && error.flagged && answersWith(request, 'incompleteDisableAccepted')) {
+          // API version 2026-12-01 on: the disable is recorded, its flag committed, and it finishes
+          // by itself, which is a 202 with its status (as for Prefer: respond-async), not a 500 with
+          // counts. Only once the flag is known committed: a disable whose flag is not (the agent's
+          // row held by another transaction, the connection lost while waiting for it) answers the
+          // 500 of 2026-11-21, which says the disable is recorded and goes on by itself.
           logIncompleteDisable(request, error);
           request.audit.outcome = 'accepted';
           metrics.agentStatusChanges.inc({ partner: partner.name, enabled: 'false', outcome: 'accepted' });
@@ -109,7 +114,7 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
           return {
             agentId,
             networkId: partner.networkId,
-            enabled: error.runCause.kind === 'agent_locked',
+            enabled: false,
             activeUnpausedCampaignCount: error.remainingCampaignCount ?? 0,
             disableInProgress: true,
           };

@@ -1,0 +1,133 @@
+import type { Logger } from 'pino';
+import { type DatabasePool, sql } from 'slonik';
+import { z } from 'zod';
+import type { Metrics } from '../observability/metrics.js';
+import type { CampaignStateStore } from './campaign-state.js';
+import { postgresCall } from './postgres.js';
+
+// After a Redis failover: what PostgreSQL records as paused by recent disables is marked paused in
+// Redis again, so "paused in PostgreSQL implies paused in Redis" holds whatever the promoted replica
+// missed (it lagged, or was not connected when the writes were acknowledged).
+
+const changeRow = z.object({ change_id: z.string(), agent_id: z.string(), enabled: z.boolean(), recent: z.boolean() });
+const idsRow = z.object({ ids: z.array(z.string()) });
+
+/** Change rows read per statement, newest first; campaigns marked per Redis call. */
+const changesPerRead = 1_000;
+const campaignsPerCall = 500;
+
+export interface FailoverReassertOptions {
+  /** The worker's pool: the reads are the worker's kind of work. */
+  pool: DatabasePool;
+  campaignState: CampaignStateStore;
+  /** REDIS_FAILOVER_REASSERT_WINDOW_MS: disables recorded this long before the failover was seen are covered. */
+  windowMs: number;
+  /** How long to wait before trying again after a failed attempt. */
+  retryMs: number;
+  metrics: Metrics;
+  log: Logger;
+}
+
+/**
+ * The agents with a disable recorded within the window, from the change table's primary key, newest
+ * first (change ids grow with time; the window is far wider than any disorder between them).
+ */
+async function recentlyDisabledAgents(pool: DatabasePool, timed: ReturnType<typeof postgresCall>, windowMs: number): Promise<Set<string>> {
+  const agents = new Set<string>();
+  let before: string | null = null;
+  for (;;) {
+    const rows = await timed('read_recent_disables', () =>
+      pool.any(sql.type(changeRow)`
+        SELECT change_id::text AS change_id, agent_id, enabled, changed_at > now() - make_interval(secs => ${windowMs / 1000}) AS recent
+        FROM agent_status_changes
+        WHERE change_id < coalesce(${before}::bigint, 9223372036854775807)
+        ORDER BY change_id DESC
+        LIMIT ${changesPerRead}`),
+    );
+    for (const row of rows) if (row.recent && !row.enabled) agents.add(row.agent_id);
+    if (rows.length < changesPerRead || rows.some((row) => !row.recent)) return agents;
+    before = rows.at(-1)!.change_id;
+  }
+}
+
+/** Marks paused in Redis every campaign of the agent that PostgreSQL records as paused; how many. */
+async function reassertAgent(options: FailoverReassertOptions, timed: ReturnType<typeof postgresCall>, agentId: string): Promise<number> {
+  let after: string | null = null;
+  let count = 0;
+  for (;;) {
+    const { ids } = await timed('read_paused_campaigns', () =>
+      options.pool.one(sql.type(idsRow)`
+        SELECT ARRAY(
+          SELECT campaign_id::text FROM campaigns
+          WHERE agent_id = ${agentId} AND paused AND campaign_id > coalesce(${after}::uuid, '00000000-0000-0000-0000-000000000000')
+          ORDER BY campaign_id
+          LIMIT ${campaignsPerCall}) AS ids`),
+    );
+    if (ids.length === 0) return count;
+    // Every campaign must be confirmed: a refusal is retried with the whole re-assertion.
+    const { confirmed } = await options.campaignState.markPaused(ids);
+    if (confirmed.length < ids.length) throw new Error(`Redis confirmed ${confirmed.length} of ${ids.length} campaigns`);
+    count += ids.length;
+    if (ids.length < campaignsPerCall) return count;
+    after = ids.at(-1)!;
+  }
+}
+
+/**
+ * Runs on every failover the campaign state reports: one re-assertion at a time; a failover seen
+ * while one runs starts another after it; a failed one is tried again after `retryMs` until it
+ * succeeds or the service stops.
+ */
+export function startFailoverReassert(options: FailoverReassertOptions) {
+  const timed = postgresCall(options.metrics);
+  let running: Promise<void> | undefined;
+  let again = false;
+  let stopped = false;
+  let retry: NodeJS.Timeout | undefined;
+
+  async function reassert(): Promise<void> {
+    const startedAt = Date.now();
+    const agents = await recentlyDisabledAgents(options.pool, timed, options.windowMs);
+    let campaigns = 0;
+    for (const agentId of agents) campaigns += await reassertAgent(options, timed, agentId);
+    options.metrics.redisReassertedCampaigns.inc(campaigns);
+    options.metrics.redisReasserts.inc({ outcome: 'ok' });
+    options.log.warn(
+      { agents: agents.size, campaigns, durationMs: Date.now() - startedAt },
+      'Redis failover: campaigns paused in the database marked paused in Redis again',
+    );
+  }
+
+  function trigger(): void {
+    if (stopped) return;
+    if (running) {
+      again = true;
+      return;
+    }
+    clearTimeout(retry);
+    running = reassert()
+      .catch((error: unknown) => {
+        options.metrics.redisReasserts.inc({ outcome: 'failed' });
+        options.log.error({ reason: (error as Error).message }, 'Redis failover: re-assertion failed; trying again');
+        again = true;
+      })
+      .finally(() => {
+        running = undefined;
+        if (!again || stopped) return;
+        again = false;
+        retry = setTimeout(trigger, options.retryMs);
+        retry.unref();
+      });
+  }
+
+  options.campaignState.onFailover?.(trigger);
+  for (const outcome of ['ok', 'failed']) options.metrics.redisReasserts.inc({ outcome }, 0);
+  return {
+    /** Stops retrying and waits for a re-assertion under way. */
+    async stop(): Promise<void> {
+      stopped = true;
+      clearTimeout(retry);
+      await running;
+    },
+  };
+}
