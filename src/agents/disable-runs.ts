@@ -44,8 +44,9 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * This replica's recorded calls known to have paused nothing (not sent after all, or answered with
- * a failure) whose record is not deleted yet. The deletion is tried again, with the capped backoff,
- * until the database answers (a statement that hung or failed leaves the record in place, and a
+ * a failure) whose record is not deleted yet. The deletion is tried again (100 ms doubling to 1 s,
+ * with jitter: well within the record's lease, after which another replica would take the record
+ * for a call in doubt) until the database answers (a statement that hung or failed leaves the record in place, and a
  * record left in place reads as a call in doubt): so the record of a call that was never sent does
  * not outlive the run's knowledge of it. Until it is deleted, this replica's worker never sends
  * such a call (it deletes the record instead). Only a replica that dies before the deletion leaves
@@ -55,10 +56,10 @@ class UnsentCalls {
   private readonly keys = new Map<string, SentPauses>();
   private draining: Promise<void> | undefined;
 
-  constructor(
-    private readonly backoff: { baseMs: number; maxMs: number },
-    private readonly stopped: AbortSignal,
-  ) {}
+  private static readonly retryBaseMs = 100;
+  private static readonly retryMaxMs = 1_000;
+
+  constructor(private readonly stopped: AbortSignal) {}
 
   has(callKey: string): boolean {
     return this.keys.has(callKey);
@@ -91,7 +92,7 @@ class UnsentCalls {
       }
       if (!failed) attempt = 0;
       else if (this.stopped.aborted) return;
-      else await sleep(Math.min(this.backoff.maxMs, this.backoff.baseMs * 2 ** Math.min(attempt, 20)) * (0.5 + Math.random() / 2));
+      else await sleep(Math.min(UnsentCalls.retryMaxMs, UnsentCalls.retryBaseMs * 2 ** Math.min(attempt, 10)) * (0.5 + Math.random() / 2));
     }
   }
 }
@@ -135,7 +136,7 @@ export class DisableRunner {
     private readonly settings: RunSettings,
     private readonly metrics: Metrics,
   ) {
-    this.unsent = new UnsentCalls(settings.backoff, this.shutdown.signal);
+    this.unsent = new UnsentCalls(this.shutdown.signal);
   }
 
   /**
