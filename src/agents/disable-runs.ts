@@ -65,6 +65,11 @@ class UnsentCalls {
     return this.keys.has(callKey);
   }
 
+  /** Resolves once no deletion is under way (at a shutdown, before the pools close; bounded by the replica's own shutdown time-out). */
+  async drained(): Promise<void> {
+    while (this.draining) await this.draining;
+  }
+
   add(sentPauses: SentPauses, callKey: string): void {
     this.keys.set(callKey, sentPauses);
     this.start();
@@ -167,6 +172,8 @@ export class DisableRunner {
   /** Resolves once no run is going on. */
   async idle(): Promise<void> {
     while (this.runs.size > 0) await Promise.allSettled([...this.runs.values()].map((run) => run.done));
+    // The records of calls known not to have been sent are deleted before the pools close.
+    await this.unsent.drained();
   }
 
   /**
