@@ -13,7 +13,7 @@ import type { CallOwner } from './spend-scheduler.js';
 export interface PausePorts {
   /**
    * Waits for a spend-management slot, then asks `mayStart` (the claim check, which records the
-   * call in the write-ahead record) inside it, and only when that says yes sends the call with the
+   * call in the call record) inside it, and only when that says yes sends the call with the
    * batch's idempotency key. undefined: the call was not sent.
    */
   pauseSpending: (batch: SentBatch, mayStart: () => Promise<boolean>, owner: CallOwner) => Promise<{ confirmed: string[] } | undefined>;
