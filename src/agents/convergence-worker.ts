@@ -123,14 +123,17 @@ export function createConvergenceWorker(deps: WorkerDeps) {
   let stopped = false;
   const keyPurge = new ExpiredKeyPurge(deps);
 
-  /** Claims per settling round of the write-ahead record, and rounds per poll at most. */
-  const recordedClaimSize = 500;
+  /**
+   * Calls per settling round of the call record (each up to 100 campaigns, settled side by side:
+   * a spend-management call and a statement each), and rounds per poll at most.
+   */
+  const recordedClaimSize = 8;
   const recordedRoundsPerPoll = 10;
   let settlingRecorded: Promise<void> | undefined;
 
   /**
-   * Settles the write-ahead record's due rows (calls whose run could not settle them), claimed a
-   * few hundred at a time with a lease; one settling at a time per replica, beside the runs.
+   * Settles the call record's due calls (those whose run could not settle them), claimed a few at
+   * a time with a lease; one settling at a time per replica, beside the runs.
    */
   function settleRecorded(): void {
     if (settlingRecorded || stopped) return;

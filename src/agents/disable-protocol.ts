@@ -1,6 +1,7 @@
 // The disable protocol, composed once: breakers, spend-management slots, the claim check inside the slot, runner, use case and worker.
 import type { Logger } from 'pino';
 import type { BreakerSettings, Config, PipelineSettings, WorkerSettings } from '../config.js';
+import { DependencyError } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { createBreaker } from '../stores/breaker.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
@@ -91,8 +92,12 @@ export function createDisableProtocol(deps: ProtocolDeps) {
   const ports: PausePorts = {
     // The claim is checked inside the slot: a batch that waited for capacity while an enable
     // answered, or while another replica took the disable over, is never sent.
+    // An open breaker is seen before the check: a call that would not be sent is not recorded.
     pauseSpending: (batch, mayStart, owner) =>
-      slots.run(owner, async () => ((await mayStart()) ? spendBreaker.fire(batch.campaignIds, batch.callKey) : undefined)),
+      slots.run(owner, async () => {
+        if (spendBreaker.breaker.opened) throw new DependencyError('spend_management', 'breaker_open', 'circuit open, call not attempted');
+        return (await mayStart()) ? spendBreaker.fire(batch.campaignIds, batch.callKey) : undefined;
+      }),
     markPausedInStore: (ids) => stateBreaker.fire(ids),
   };
   const { worker: workerSettings } = settings;

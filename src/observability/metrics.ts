@@ -157,7 +157,7 @@ function keyMetrics(registry: Registry, keys: KeyState) {
   };
 }
 
-/** Readiness, and the disables that go on after their request: the queue, the write-ahead record, the worker. */
+/** Readiness, and the disables that go on after their request: the queue, the call record, the worker. */
 function disableMetrics(registry: Registry) {
   return {
     ready: new Gauge({
@@ -177,7 +177,7 @@ function disableMetrics(registry: Registry) {
     }),
     unsettledCampaigns: new Gauge({
       name: 'unsettled_campaigns',
-      help: "Campaigns sent to spend management whose pause is not yet settled in Redis and the database (rows of the write-ahead record sent_pauses, calls in flight included), as last read by this replica's worker.",
+      help: "Campaigns sent to spend management whose pause is not yet settled in Redis and the database (campaigns of the calls in the call record pause_calls, calls in flight included), as last read by this replica's worker.",
       registers: [registry],
     }),
     unsettledCampaignsOldestAge: new Gauge({
@@ -187,7 +187,7 @@ function disableMetrics(registry: Registry) {
     }),
     unsettledCampaignsSettled: new Counter({
       name: 'unsettled_campaigns_settled_total',
-      help: "Campaigns of the write-ahead record that this replica's worker settled (paused in Redis and marked in the database) for a run that could not.",
+      help: "Campaigns of the call record that this replica's worker settled (paused in Redis and marked in the database) for a run that could not.",
       registers: [registry],
     }),
     workerAttempts: new Counter({
