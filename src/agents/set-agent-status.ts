@@ -14,7 +14,6 @@ import { ChangeFailure, isFault, outcomeOf } from './outcomes.js';
 export class AgentNotInNetwork extends ChangeFailure {
   override readonly name = 'AgentNotInNetwork';
   readonly outcome = 'not_found';
-  readonly problem = 'notFound';
   constructor() {
     super('agent not found in the partner network');
   }
@@ -24,7 +23,6 @@ export class AgentNotInNetwork extends ChangeFailure {
 export class TooManyDisables extends ChangeFailure {
   override readonly name = 'TooManyDisables';
   readonly outcome = 'limited';
-  readonly problem = 'tooManyDisables';
   constructor(readonly limit: number) {
     super(`at most ${limit} agents of one network are disabled at once`);
   }
@@ -34,11 +32,12 @@ export class TooManyDisables extends ChangeFailure {
 export class DisableIncomplete extends ChangeFailure {
   override readonly name = 'DisableIncomplete';
   readonly outcome = 'failed';
-  readonly problem = 'dependencyFailure';
   constructor(
     readonly pausedCampaignCount: number,
     readonly remainingCampaignCount: number | undefined,
     readonly runCause: RunCause,
+    /** The status it answers with where an incomplete disable is accepted (a 202: src/http/answers.ts). */
+    readonly status: AgentStatusView,
   ) {
     super(`disable incomplete: ${runCause.kind}`);
   }
@@ -48,7 +47,6 @@ export class DisableIncomplete extends ChangeFailure {
 export class PreconditionFailed extends ChangeFailure {
   override readonly name = 'PreconditionFailed';
   readonly outcome = 'precondition_failed';
-  readonly problem = 'preconditionFailed';
   constructor() {
     super('the agent changed since the tag given in If-Match');
   }
@@ -58,7 +56,6 @@ export class PreconditionFailed extends ChangeFailure {
 export class DisableSuperseded extends ChangeFailure {
   override readonly name = 'DisableSuperseded';
   readonly outcome = 'superseded';
-  readonly problem = 'superseded';
   constructor(readonly pausedCampaignCount: number) {
     super('disable superseded by a later enable');
   }
@@ -172,7 +169,7 @@ class DisableRequest {
    * network's allowance) is called when the request's own run ends, even after a 202.
    */
   async answer(release: () => void): Promise<number | AcceptedDisable> {
-    const { networkId, agentId, respondAsync } = this.command;
+    const { respondAsync } = this.command;
     const answer = this.withinDeadline(this.steps());
     void answer.then(release, release);
     if (!respondAsync) return answer;
@@ -182,10 +179,7 @@ class DisableRequest {
       if (typeof first === 'number') return first;
       // Answered 202: the rest of the run is its own business (its end is logged by the runner).
       answer.catch(() => undefined);
-      const left = Math.max(0, (this.progress.unpausedAtStart ?? 0) - this.progress.paused);
-      return {
-        accepted: { agentId, networkId, enabled: false, activeUnpausedCampaignCount: left, disableInProgress: true },
-      };
+      return { accepted: this.inProgress(Math.max(0, (this.progress.unpausedAtStart ?? 0) - this.progress.paused)) };
     } finally {
       accepted.cancel();
     }
@@ -313,9 +307,19 @@ class DisableRequest {
   private settle(end: RunEnd): number | undefined {
     if (end.kind === 'completed') return this.progress.paused;
     if (end.kind === 'incomplete') {
-      throw new DisableIncomplete(this.progress.paused, end.remaining ?? estimatedRemaining(this.progress), end.cause);
+      const remaining = end.remaining ?? estimatedRemaining(this.progress);
+      throw new DisableIncomplete(this.progress.paused, remaining, end.cause, this.inProgress(remaining ?? 0));
     }
     return undefined;
+  }
+
+  /**
+   * The status of a disable that goes on by itself (a 202's body), built here only: still enabled
+   * while the flag is not known to be committed (the agent's row held by another transaction).
+   */
+  private inProgress(left: number): AgentStatusView {
+    const { agentId, networkId } = this.command;
+    return { agentId, networkId, enabled: !this.progress.flagged, activeUnpausedCampaignCount: left, disableInProgress: true };
   }
 
   /** The disable is recorded but not complete: what it paused, and what is left (counted if the database answers quickly). */
@@ -325,7 +329,7 @@ class DisableRequest {
       () => this.side.agents.remainingCampaigns(this.command.agentId),
       estimatedRemaining(this.progress),
     );
-    return new DisableIncomplete(paused, remaining, cause);
+    return new DisableIncomplete(paused, remaining, cause, this.inProgress(remaining ?? 0));
   }
 }
 

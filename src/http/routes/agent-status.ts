@@ -1,15 +1,13 @@
 import { performance } from 'node:perf_hooks';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { onRequestAsyncHookHandler } from 'fastify';
-import { ChangeFailure, outcomeOf } from '../../agents/outcomes.js';
-import { type AgentStatusUseCase, DisableIncomplete } from '../../agents/set-agent-status.js';
+import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
 import type { Metrics } from '../../observability/metrics.js';
 import type { IdempotencyKeys } from '../../stores/idempotency-keys.js';
-import { answersWith } from '../api-version-hooks.js';
+import { answerOf, type ChangeResult, sendAnswer } from '../answers.js';
+import { versionOf } from '../api-version-hooks.js';
 import { idempotencyHooks, ifMatchChangeIds, readPrefer } from '../conveniences.js';
-import { failureProblem, logIncompleteDisable } from '../error-handler.js';
-import { agentStatusUrl, partnerRoutes, statusChangeRouteLabel } from '../paths.js';
-import { sendProblem } from '../problems.js';
+import { partnerRoutes, statusChangeRouteLabel } from '../paths.js';
 import { setAgentStatusDocumentation } from './agent-status.schema.js';
 
 export interface AgentStatusRouteDeps {
@@ -67,8 +65,9 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
               return { acceptAt: Math.min(arrivedAt + (prefer.waitSeconds ?? 0) * 1000, deadline - acceptBeforeDeadlineMs) };
             };
       const held = keys.held(request);
+      let result: ChangeResult;
       try {
-        const result = await agentStatus.setAgentStatus({
+        const value = await agentStatus.setAgentStatus({
           networkId: partner.networkId,
           agentId,
           enabled,
@@ -79,48 +78,17 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
           conditions: { ifMatch: ifMatchChangeIds(request.headers['if-match']), keyClaim: held },
           ...(held?.changeId ? { madeAs: held.changeId } : {}),
         });
-        if ('accepted' in result) {
-          request.audit.outcome = 'accepted';
-          answered('accepted');
-          metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: 'accepted' });
-          reply.code(202).header('location', agentStatusUrl(agentId)).header('preference-applied', 'respond-async');
-          return result.accepted;
-        }
-        request.audit.outcome = 'updated';
-        metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: 'updated' });
-        return result;
+        result = { value };
       } catch (error) {
-        // The outcome is the failure's own (src/agents/outcomes.ts); the error handler writes its problem.
-        const outcome = outcomeOf(error);
-        request.audit.outcome = outcome;
-        if (outcome === 'limited') {
-          metrics.requestsLimited.inc({ partner: partner.name, limit: 'disables_in_flight' });
-          throw error;
-        }
-        if (error instanceof DisableIncomplete && answersWith(request, 'incompleteDisableAccepted')) {
-          // API version 2026-12-01 on: the disable is recorded and finishes by itself, which is a
-          // 202 with its status (as for Prefer: respond-async), not a 500 with counts. The status is
-          // told from what the run knew: the flag is not committed yet only while the agent's row
-          // was held by another transaction.
-          logIncompleteDisable(request, error);
-          request.audit.outcome = 'accepted';
-          metrics.agentStatusChanges.inc({ partner: partner.name, enabled: 'false', outcome: 'accepted' });
-          reply.code(202).header('location', agentStatusUrl(agentId));
-          return {
-            agentId,
-            networkId: partner.networkId,
-            enabled: error.runCause.kind === 'agent_locked',
-            activeUnpausedCampaignCount: error.remainingCampaignCount ?? 0,
-            disableInProgress: true,
-          };
-        }
-        if (outcome === 'precondition_failed' && error instanceof ChangeFailure) {
-          answered('precondition_failed');
-          return sendProblem(reply, failureProblem(error, request, reply));
-        }
-        metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome });
-        throw error;
+        result = { error };
       }
+      // Every answer, a success or a failure, is the catalogue's (src/http/answers.ts).
+      const answer = answerOf(result, versionOf(request), request.id);
+      const { counts } = answer;
+      if (counts.change) metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: answer.outcome });
+      if (counts.convenience) answered(counts.convenience);
+      if (counts.limit) metrics.requestsLimited.inc({ partner: partner.name, limit: counts.limit });
+      return sendAnswer(request, reply, answer);
     },
   );
 };
