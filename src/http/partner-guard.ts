@@ -54,7 +54,16 @@ const floodPerSecond = 100;
 /** How long unauthenticated requests are shed after a flood of them last made the process busy. */
 const sheddingSeconds = 10;
 
-export async function createPartnerGuard(app: FastifyInstance, settings: GuardSettings): Promise<onRequestAsyncHookHandler[]> {
+/**
+ * Guards the partner scope `app` (the plugin that holds every partner route): its hooks run on
+ * each of its requests before anything of a route does, so a route added to the scope is
+ * authenticated without asking for it (test/unit/partner-scope.test.ts walks the path table).
+ */
+export async function guardPartnerScope(app: FastifyInstance, settings: GuardSettings): Promise<void> {
+  for (const hook of await partnerHooks(app, settings)) app.addHook('onRequest', hook);
+}
+
+async function partnerHooks(app: FastifyInstance, settings: GuardSettings): Promise<onRequestAsyncHookHandler[]> {
   const { keyStore, metrics } = settings;
   // The counters of a flood of bad keys, labelled once rather than per request.
   const authFailures = {

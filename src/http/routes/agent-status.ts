@@ -1,6 +1,5 @@
 import { performance } from 'node:perf_hooks';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { onRequestAsyncHookHandler } from 'fastify';
 import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
 import type { Metrics } from '../../observability/metrics.js';
 import type { IdempotencyKeys } from '../../stores/idempotency-keys.js';
@@ -13,8 +12,6 @@ import { setAgentStatusDocumentation } from './agent-status.schema.js';
 export interface AgentStatusRouteDeps {
   agentStatus: AgentStatusUseCase;
   metrics: Metrics;
-  /** Authentication and the rate limit (src/http/partner-guard.ts). */
-  guard: onRequestAsyncHookHandler[];
   requestDeadlineMs: number;
   idempotencyKeys: IdempotencyKeys;
   /** Whether a value is a partner key (never stored as an idempotency key). */
@@ -26,7 +23,7 @@ const acceptBeforeDeadlineMs = 1_000;
 
 export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> = async (
   app,
-  { agentStatus, metrics, guard, requestDeadlineMs, idempotencyKeys, isApiKey },
+  { agentStatus, metrics, requestDeadlineMs, idempotencyKeys, isApiKey },
 ) => {
   // A claim outlives the request's deadline by a margin: only a dead replica's claim runs out.
   const keys = idempotencyHooks(idempotencyKeys, metrics, requestDeadlineMs + 5_000, isApiKey);
@@ -38,7 +35,6 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
   app.post(
     partnerRoutes.agentStatus,
     {
-      onRequest: guard,
       preHandler: keys.claim,
       onSend: keys.settle,
       ...setAgentStatusDocumentation(),
