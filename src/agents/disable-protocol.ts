@@ -1,5 +1,6 @@
 // The disable protocol, composed once: breakers, spend-management slots, the claim check inside the slot, runner, use case and worker.
 import type { Logger } from 'pino';
+import type { Clock } from '../clock.js';
 import type { BreakerSettings, Config, PipelineSettings, WorkerSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import { createBreaker } from '../stores/breaker.js';
@@ -58,6 +59,8 @@ export interface ProtocolDeps {
   expiredKeys: Pick<IdempotencyKeys, 'purgeExpired'>;
   metrics: Metrics;
   log: Logger;
+  /** The protocol's timings (deadlines, claim-check ages, leases, the enable's fence); the process's clock by default. */
+  clock?: Clock;
 }
 
 /**
@@ -109,6 +112,7 @@ export function createDisableProtocol(deps: ProtocolDeps) {
       owner: deps.owner,
     },
     metrics,
+    deps.clock,
   );
   const useCase = createAgentStatusUseCase({
     agents: deps.stores.agents,

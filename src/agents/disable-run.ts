@@ -1,6 +1,6 @@
 // One disable run as an object: its flag, its passes over the agent's campaigns, and its end.
 import { randomUUID } from 'node:crypto';
-import { performance } from 'node:perf_hooks';
+import type { Clock } from '../clock.js';
 import { DependencyError } from '../observability/dependency-calls.js';
 import type { AgentRepository, Lease } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
@@ -78,7 +78,7 @@ export interface RunRequest {
   flagged: boolean;
   /** Read by the statement that claimed the row (up to DisableRunner.readAhead + 1 ids); otherwise the run reads its own. */
   firstBatch?: string[];
-  /** Monotonic ms (performance.now()) by which the run stops starting batches (the request's deadline). */
+  /** Monotonic ms (this.side.clock.now()) by which the run stops starting batches (the request's deadline). */
   stopAt: number;
   /** The worker's run: its calls take only the capacity requests leave free. */
   background?: boolean;
@@ -95,6 +95,8 @@ export interface RunnerSide {
   lease: Lease;
   /** Campaigns one read fetches (DisableRunner.readAhead). */
   readAhead: number;
+  /** The clock of the flag's retries, the claim check's age and its lease renewal. */
+  clock: Clock;
   markSlots: MarkSlots;
   /** Whether a batch started now could not end before `stopAt` or the replica's shutdown. */
   stopReason: (stopAt: number) => StopKind | undefined;
@@ -130,7 +132,6 @@ class Stops {
 }
 
 const defaultFlagRetryMs = 200;
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * One disable run: the claim a request, a take-over or the worker holds, driven to its end.
@@ -164,19 +165,29 @@ export class DisableRun {
     this.firstChunk = request.firstBatch;
     this.owner = { networkId: request.networkId, agentId: request.agentId, background: request.background === true };
     const { agentId, networkId } = request;
-    this.marks = new MarkQueue(request.stores.agents, { agentId, networkId, lease: side.lease }, side.markSlots, (marked, sentAt) =>
-      this.marked(marked, sentAt),
+    this.marks = new MarkQueue(
+      request.stores.agents,
+      { agentId, networkId, lease: side.lease },
+      side.markSlots,
+      (marked, sentAt) => this.marked(marked, sentAt),
+      side.clock,
     );
   }
 
   async drive(): Promise<RunEnd> {
     if (!this.request.flagged) await this.setFlag();
-    this.claims = new ClaimCheck(this.request.stores.queue, this.request.agentId, this.side.lease, {
-      claimLost: () => {
-        this.stops.claimLost = true;
+    this.claims = new ClaimCheck(
+      this.request.stores.queue,
+      this.request.agentId,
+      this.side.lease,
+      {
+        claimLost: () => {
+          this.stops.claimLost = true;
+        },
+        failed: (error) => this.stops.fail(error),
       },
-      failed: (error) => this.stops.fail(error),
-    });
+      this.side.clock,
+    );
     const completed = this.stops.halted ? undefined : await this.passes();
     return completed ?? (await this.release());
   }
@@ -187,7 +198,7 @@ export class DisableRun {
     const retryMs = this.side.settings.flagRetryMs ?? defaultFlagRetryMs;
     // The worker gives up after half a lease (and tries again after its backoff); a request waits
     // until its own stop time.
-    const waitUntil = Math.min(stopAt, performance.now() + this.side.settings.leaseMs / 2);
+    const waitUntil = Math.min(stopAt, this.side.clock.now() + this.side.settings.leaseMs / 2);
     try {
       for (;;) {
         const flag = await this.request.stores.queue.setFlag(agentId, claimToken);
@@ -200,11 +211,11 @@ export class DisableRun {
           return;
         }
         const stop = this.side.stopReason(Number.POSITIVE_INFINITY);
-        if (stop || performance.now() + retryMs > waitUntil) {
+        if (stop || this.side.clock.now() + retryMs > waitUntil) {
           this.stops.stopped = stop ?? 'agent_locked';
           return;
         }
-        await sleep(retryMs);
+        await this.side.clock.sleep(retryMs);
       }
     } catch (error) {
       this.stops.fail(error);
@@ -346,7 +357,7 @@ export class DisableRun {
     if (!answer.ours || this.stops.claimLost || this.stops.failure) return false;
     // An answer older than the bound is not trusted: an enable may have answered since its
     // snapshot (it waits that long after its commit before answering).
-    if (performance.now() - answer.sentAt > this.side.settings.claimCheckMaxAgeMs) {
+    if (this.side.clock.now() - answer.sentAt > this.side.settings.claimCheckMaxAgeMs) {
       this.stops.fail(new DependencyError('postgres', 'timeout', 'check_claim: answered too late to start a call'));
       return false;
     }

@@ -1,6 +1,6 @@
 // The replica's runner: its runs' registry and shutdown; every disable run passes DisableRunner.run, where its end is reported.
 import { randomUUID } from 'node:crypto';
-import { performance } from 'node:perf_hooks';
+import { type Clock, systemClock } from '../clock.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Lease } from '../stores/agent-repository.js';
 import type { RecordedCall, RecordedClaim } from '../stores/sent-pauses.js';
@@ -24,7 +24,7 @@ class Shutdown {
   private at = Number.POSITIVE_INFINITY;
   private readonly controller = new AbortController();
 
-  /** Monotonic ms (performance.now()) by which every run stops starting batches (infinite until a shutdown). */
+  /** Monotonic ms (the runner's clock) by which every run stops starting batches (infinite until a shutdown). */
   get stopTime(): number {
     return this.at;
   }
@@ -77,6 +77,8 @@ export class DisableRunner {
     private readonly ports: PausePorts,
     private readonly settings: RunSettings,
     private readonly metrics: Metrics,
+    /** The runs' clock (stop times, claim-check ages, leases): the process's, or a test's. */
+    readonly clock: Clock = systemClock,
   ) {}
 
   /**
@@ -127,6 +129,7 @@ export class DisableRunner {
       settings: this.settings,
       lease: this.lease(request.claimToken),
       readAhead: this.readAhead,
+      clock: this.clock,
       markSlots: this.markSlots,
       stopReason: (stopAt) => this.stopReason(stopAt),
       countPaused: (moved) => this.count(request.partnerName, moved, request),
@@ -145,7 +148,7 @@ export class DisableRunner {
   }
 
   private stopReason(stopAt: number): 'deadline' | 'shutdown' | undefined {
-    const end = performance.now() + this.settings.batchBudgetMs;
+    const end = this.clock.now() + this.settings.batchBudgetMs;
     if (end > this.shutdown.stopTime) return 'shutdown';
     if (end > stopAt) return 'deadline';
     return undefined;

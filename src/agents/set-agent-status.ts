@@ -1,6 +1,6 @@
 // The use case: enable or disable one agent of the partner's network, and read its status and changes.
-import { performance } from 'node:perf_hooks';
 import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api';
+import type { Clock } from '../clock.js';
 import { DependencyError } from '../observability/dependency-calls.js';
 import type { AgentRepository, AgentStatusView, ChangeConditions, Lease, StatusChangeRow } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
@@ -112,6 +112,8 @@ export interface RequestRuns {
   /** Campaigns one read fetches: the recording statement reads one more. */
   readonly readAhead: number;
   readonly shutdown: ShutdownClock;
+  /** The clock of deadlines, waits and the enable's fence (the runner's). */
+  readonly clock: Clock;
   /** A lease for a new claim (a fresh claim token). */
   newLease(): Lease;
   /** The end of this network's run of the agent going on in this replica, if any. */
@@ -148,6 +150,8 @@ interface DisableRequestSide {
   stores: RunStores;
   runs: RequestRuns;
   clock: AnswerClock;
+  /** The runs' clock, for the waits between looks. */
+  time: Clock;
   waitPollMs: number;
 }
 
@@ -275,7 +279,7 @@ class DisableRequest {
       }
       const late = clock.tooLateToWait(deadline, this.side.waitPollMs);
       if (late) throw await this.incomplete({ kind: late });
-      await new Promise((resolve) => setTimeout(resolve, this.side.waitPollMs));
+      await this.side.time.sleep(this.side.waitPollMs);
     }
   }
 
@@ -349,7 +353,8 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     queue: deps.queue,
     stores: { agents, queue: deps.queue, sentPauses: deps.sentPauses },
     runs,
-    clock: new AnswerClock(runs.shutdown, deps.answerMarginMs ?? 500),
+    clock: new AnswerClock(runs.shutdown, deps.answerMarginMs ?? 500, runs.clock),
+    time: runs.clock,
     waitPollMs: deps.waitPollMs ?? 200,
   };
 
@@ -372,7 +377,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     // its claim check answered just before this commit; no call starts on an answer older than
     // claimCheckMaxAgeMs, so once that much has passed since the commit no call of that run can
     // start any more, and only then does the enable answer.
-    if (done.supersededDisable) await sleepUntil(performance.now() + deps.supersedeFenceMs, command.deadline);
+    if (done.supersededDisable) await sleepUntil(runs.clock.now() + deps.supersedeFenceMs, command.deadline, runs.clock);
   }
 
   function setAgentStatus(command: SetAgentStatusCommand & { respondAsync?: undefined }): Promise<AgentStatus>;

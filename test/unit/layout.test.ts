@@ -54,9 +54,13 @@ describe('the image is built from src/ alone', () => {
 // from a higher one: the arrows of the house run one way, down. A room is a folder under src/ or a
 // single file at its top; a new room needs a floor here before its first import is checked.
 const floors: ReadonlyArray<{ name: string; rooms: readonly string[] }> = [
-  // What everything may use: the configuration, the telemetry handles, the schema's migrations
-  // and the stand-alone spend-management simulator (a program of its own).
-  { name: 'foundation', rooms: ['config.ts', 'api-versions.ts', 'resources.ts', 'observability', 'db', 'spend-simulator', 'types'] },
+  // What everything may use: the configuration, the telemetry handles, the schema's migrations,
+  // the clock the protocol's timings read and the stand-alone spend-management simulator (a program
+  // of its own).
+  {
+    name: 'foundation',
+    rooms: ['config.ts', 'api-versions.ts', 'resources.ts', 'clock.ts', 'observability', 'db', 'spend-simulator', 'types'],
+  },
   // The stores and the partner keys: each talks to one outside party (PostgreSQL, Redis, spend
   // management, the key set) and knows nothing of the protocol above it.
   { name: 'stores', rooms: ['stores', 'auth'] },
