@@ -133,6 +133,7 @@ export function createDisableProtocol(deps: ProtocolDeps) {
     metrics,
     log: deps.log,
     expiredKeys: deps.expiredKeys,
+    clock: deps.clock,
   });
   return { runner, useCase, worker, breakers: { spendManagement: spendBreaker.breaker, redis: stateBreaker.breaker } };
 }
