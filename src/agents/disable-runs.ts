@@ -175,8 +175,9 @@ export class DisableRunner {
       let confirmed = call.confirmed;
       if (call.inDoubt.length > 0) {
         const owner: CallOwner = { networkId: '', agentId: call.agentId, background: true };
-        const again = await this.ports.pauseSpending({ campaignIds: call.inDoubt, callKey: call.callKey }, async () => true, owner);
-        const paused = new Set(again?.confirmed ?? []);
+        const slot = await this.ports.spendSlot(owner);
+        const again = await slot.pause({ campaignIds: call.inDoubt, callKey: call.callKey }).finally(() => slot.release());
+        const paused = new Set(again.confirmed);
         const left = call.inDoubt.filter((id) => !paused.has(id));
         if (left.length > 0) await stores.sentPauses.forget({ campaignIds: left, callKey: call.callKey });
         confirmed = [...confirmed, ...call.inDoubt.filter((id) => paused.has(id))];
