@@ -4,7 +4,7 @@
 // It sits on the ground floor beside config.ts because the key set (an entry may pin a version)
 // and the configuration (API_VERSION_DEPRECATIONS) check against the table; it is plain data and
 // functions. What a version changes is applied only in src/http: an answer that differs between
-// versions asks `answersWith(request, change)` (http/api-version-hooks.ts) where it is made, and
+// versions is a row of the answer catalogue (http/answers.ts), which asks `versionMakes`, and
 // nothing in src/agents or src/stores knows about versions.
 import { z } from 'zod';
 

@@ -29,6 +29,7 @@ import { createSpendManagementClient } from './stores/spend-management.js';
 import { boundedBy, serverBounds, statementsFor } from './stores/statements.js';
 import { createWebhookDeliveryStore } from './stores/webhook-deliveries.js';
 import { createWebhookEndpointStore } from './stores/webhook-endpoints.js';
+import { startLoops } from './workers/loops.js';
 
 export interface ServiceOptions {
   logger: Logger;
@@ -117,8 +118,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     owner,
     stores: { agents, queue, sentPauses },
     workerStores,
-    pauseSpendingPeriods: (ids, callKey) => spend.pauseSpendingPeriods(ids, callKey),
-    markPausedInCampaignState: (ids) => campaignState.markPaused(ids),
+    spendManagement: spend,
+    campaignState,
     expiredKeys: createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork, statement),
     metrics,
     log: logger,
@@ -150,7 +151,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     webhooks: webhooks.routes,
   });
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
-  worker.start();
+  // The worker's loops stop with the resources, before the pools they use close.
+  startLoops(resources, worker.loops);
   webhooks.sender.start();
   // The relay's mark makes the webhook deliveries of what it relayed: the sender looks at once.
   const relay = startEventsRelay(config, workerPool, { metrics, logger, resources, onRelayed: webhooks.sender.nudge });

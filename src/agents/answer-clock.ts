@@ -1,5 +1,5 @@
 // When a request answers: by its deadline, at once at a shutdown, or with a 202 once respond-async allows it.
-import { performance } from 'node:perf_hooks';
+import { type Clock, systemClock, type Timer } from '../clock.js';
 
 /** The replica's shutdown as a request sees it (DisableRunner.shutdown). */
 export interface ShutdownClock {
@@ -25,10 +25,10 @@ export function estimatedRemaining(progress: DisableProgress): number | undefine
   return progress.unpausedAtStart === undefined ? undefined : Math.max(0, progress.unpausedAtStart - progress.paused);
 }
 
-/** Waits until `until`, but never past the request's deadline (both on the monotonic clock). */
-export function sleepUntil(until: number, deadline: number): Promise<void> {
-  const ms = Math.min(until, deadline) - performance.now();
-  return ms > 0 ? new Promise((resolve) => setTimeout(resolve, ms)) : Promise.resolve();
+/** Waits until `until`, but never past the request's deadline (both on `clock`). */
+export function sleepUntil(until: number, deadline: number, clock: Clock = systemClock): Promise<void> {
+  const ms = Math.min(until, deadline) - clock.now();
+  return ms > 0 ? clock.sleep(ms) : Promise.resolve();
 }
 
 /** How often a disable waiting to answer 202 looks at its progress. */
@@ -37,13 +37,14 @@ const acceptPollMs = 100;
 /**
  * When a request answers: by its deadline (less a margin to count what is left), at once when the
  * replica starts shutting down, and with a 202 once Prefer: respond-async allows it. All times are
- * monotonic ms (performance.now()).
+ * monotonic ms on `clock` (the process's, or a test's).
  */
 export class AnswerClock {
   constructor(
     private readonly shutdown: ShutdownClock,
     /** How long before its deadline a request stops waiting, to count what is left and answer. */
     private readonly marginMs: number,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   /**
@@ -53,14 +54,14 @@ export class AnswerClock {
    */
   async race(work: Promise<number>, deadline: number): Promise<number | 'deadline' | 'shutdown'> {
     const { signal } = this.shutdown;
-    let timer: NodeJS.Timeout | undefined;
+    let timer: Timer | undefined;
     let onAbort: (() => void) | undefined;
     const late = new Promise<'deadline' | 'shutdown'>((resolve) => {
       const answerBy = () => {
-        clearTimeout(timer);
+        this.clock.clearTimer(timer);
         const shutdownFirst = this.shutdown.stopTime < deadline;
         const at = Math.min(deadline, this.shutdown.stopTime) - this.marginMs;
-        timer = setTimeout(() => resolve(shutdownFirst ? 'shutdown' : 'deadline'), Math.max(0, at - performance.now()));
+        timer = this.clock.setTimer(() => resolve(shutdownFirst ? 'shutdown' : 'deadline'), Math.max(0, at - this.clock.now()));
       };
       answerBy();
       onAbort = answerBy;
@@ -70,7 +71,7 @@ export class AnswerClock {
     try {
       return await Promise.race([work, late]);
     } finally {
-      clearTimeout(timer);
+      this.clock.clearTimer(timer);
       if (onAbort) signal.removeEventListener('abort', onAbort);
     }
   }
@@ -78,21 +79,21 @@ export class AnswerClock {
   /** Whether a request that waits `pollMs` more could no longer answer in time, and why. */
   tooLateToWait(deadline: number, pollMs: number): 'deadline' | 'shutdown' | undefined {
     const { stopTime } = this.shutdown;
-    if (Math.min(deadline, stopTime) - performance.now() > pollMs + this.marginMs) return undefined;
+    if (Math.min(deadline, stopTime) - this.clock.now() > pollMs + this.marginMs) return undefined;
     return stopTime < deadline ? 'shutdown' : 'deadline';
   }
 
   /** What is left to pause, from `count` (the database) if it answers quickly, else `estimate`. */
   async remainingWithin(count: () => Promise<number>, estimate: number | undefined): Promise<number | undefined> {
-    let timer: NodeJS.Timeout | undefined;
+    let timer: Timer | undefined;
     const fallback = new Promise<number | undefined>((resolve) => {
-      timer = setTimeout(() => resolve(estimate), Math.max(50, this.marginMs - 100));
+      timer = this.clock.setTimer(() => resolve(estimate), Math.max(50, this.marginMs - 100));
     });
     const counted = count().catch(() => estimate);
     try {
       return await Promise.race([counted, fallback]);
     } finally {
-      clearTimeout(timer);
+      this.clock.clearTimer(timer);
     }
   }
 
@@ -103,15 +104,15 @@ export class AnswerClock {
    * preference is read once the disable is recorded; without one it never resolves.
    */
   acceptance(preference: () => { acceptAt: number } | undefined, progress: DisableProgress) {
-    let timer: NodeJS.Timeout | undefined;
+    let timer: Timer | undefined;
     let acceptAt: number | undefined;
     let read = false;
     const promise = new Promise<'accepted'>((resolve) => {
       const look = () => {
-        clearTimeout(timer);
+        this.clock.clearTimer(timer);
         const recorded = progress.unpausedAtStart !== undefined && progress.flagged;
         if (!recorded) {
-          timer = setTimeout(look, acceptPollMs);
+          timer = this.clock.setTimer(look, acceptPollMs);
           return;
         }
         if (!read) {
@@ -119,8 +120,8 @@ export class AnswerClock {
           acceptAt = preference()?.acceptAt;
         }
         if (acceptAt === undefined) return; // no preference after all: the plain answer comes
-        if (progress.unpausedAtStart! > 0 && performance.now() >= acceptAt) return resolve('accepted');
-        timer = setTimeout(look, Math.max(0, Math.min(acceptPollMs, acceptAt - performance.now())));
+        if (progress.unpausedAtStart! > 0 && this.clock.now() >= acceptAt) return resolve('accepted');
+        timer = this.clock.setTimer(look, Math.max(0, Math.min(acceptPollMs, acceptAt - this.clock.now())));
       };
       progress.changed = look;
       look();
@@ -128,7 +129,7 @@ export class AnswerClock {
     return {
       promise,
       cancel: () => {
-        clearTimeout(timer);
+        this.clock.clearTimer(timer);
         progress.changed = undefined;
       },
     };

@@ -1,5 +1,5 @@
 // One run's claim checks, made inside the spend-management slot right before each call.
-import { performance } from 'node:perf_hooks';
+import { type Clock, systemClock } from '../clock.js';
 import type { Lease } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
 import type { SentBatch } from '../stores/sent-pauses.js';
@@ -20,11 +20,11 @@ export interface ClaimAnswer {
  * (pause_calls, one row per call). Calls that get their slots while a check is under way wait for the next one,
  * started after they asked, which records them all: every call is covered by a check begun once its
  * slot was granted, and one run never has more than one check in flight. Local durations are
- * measured on the monotonic clock.
+ * measured on the monotonic clock (`clock`: the process's, or a test's).
  */
 export class ClaimCheck {
   /** When the lease was last set or renewed (the claiming statement set it just before the run). */
-  private renewedAt = performance.now();
+  private renewedAt: number;
   private inFlight: Promise<ClaimAnswer> | undefined;
   /** The batches waiting for the next check, and that check's answer. */
   private next: { batches: SentBatch[]; answer: Promise<ClaimAnswer> } | undefined;
@@ -38,7 +38,10 @@ export class ClaimCheck {
       claimLost: () => void;
       failed: (error: unknown) => void;
     },
-  ) {}
+    private readonly clock: Clock = systemClock,
+  ) {
+    this.renewedAt = clock.now();
+  }
 
   /** Checks the claim for this batch (in the check under way's successor when one is under way). */
   check(batch: SentBatch): Promise<ClaimAnswer> {
@@ -69,7 +72,7 @@ export class ClaimCheck {
   }
 
   private async once(batches: SentBatch[]): Promise<ClaimAnswer> {
-    const sentAt = performance.now();
+    const sentAt = this.clock.now();
     // A fresh lease is only checked; one a third gone is renewed too.
     const renew = sentAt - this.renewedAt > this.lease.leaseMs / 3;
     try {

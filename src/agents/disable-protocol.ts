@@ -1,10 +1,13 @@
 // The disable protocol, composed once: breakers, spend-management slots, the claim check inside the slot, runner, use case and worker.
 import type { Logger } from 'pino';
+import type { Clock } from '../clock.js';
 import type { BreakerSettings, Config, PipelineSettings, WorkerSettings } from '../config.js';
 import { DependencyError } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { createBreaker } from '../stores/breaker.js';
+import type { CampaignStateStore } from '../stores/campaign-state.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
+import type { SpendManagementClient } from '../stores/spend-management.js';
 import { createConvergenceWorker } from './convergence-worker.js';
 import type { PausePorts, RunStores } from './disable-run.js';
 import { DisableRunner, maxBatchSize } from './disable-runs.js';
@@ -52,13 +55,15 @@ export interface ProtocolDeps {
   /** Requests' statements (their claim checks on a pool of their own) and the worker's. */
   stores: RunStores;
   workerStores: RunStores;
-  /** The two calls that pause campaigns outside the database; each is put behind its breaker here. */
-  pauseSpendingPeriods: (campaignIds: readonly string[], callKey: string) => Promise<{ confirmed: string[] }>;
-  markPausedInCampaignState: (campaignIds: readonly string[]) => Promise<{ confirmed: string[] }>;
+  /** The two stores that pause campaigns outside the database, as they are; each is put behind its breaker here. */
+  spendManagement: Pick<SpendManagementClient, 'pauseSpendingPeriods'>;
+  campaignState: Pick<CampaignStateStore, 'markPaused'>;
   /** Idempotency keys, whose expired rows the worker deletes. */
   expiredKeys: Pick<IdempotencyKeys, 'purgeExpired'>;
   metrics: Metrics;
   log: Logger;
+  /** The protocol's timings (deadlines, claim-check ages, leases, the enable's fence); the process's clock by default. */
+  clock?: Clock;
 }
 
 /**
@@ -73,13 +78,13 @@ export function createDisableProtocol(deps: ProtocolDeps) {
   const { settings, metrics } = deps;
   const spendBreaker = createBreaker(
     'spend_management',
-    deps.pauseSpendingPeriods,
+    (campaignIds: readonly string[], callKey: string) => deps.spendManagement.pauseSpendingPeriods(campaignIds, callKey),
     { ...settings.breaker, operation: 'pause_spending_periods' },
     metrics,
   );
   const stateBreaker = createBreaker(
     'redis',
-    deps.markPausedInCampaignState,
+    (campaignIds: readonly string[]) => deps.campaignState.markPaused(campaignIds),
     { ...settings.breaker, operation: 'mark_campaigns_paused' },
     metrics,
   );
@@ -90,14 +95,17 @@ export function createDisableProtocol(deps: ProtocolDeps) {
     settings.pipeline.workerCallMaxWaitMs,
   );
   const ports: PausePorts = {
-    // The claim is checked inside the slot: a batch that waited for capacity while an enable
-    // answered, or while another replica took the disable over, is never sent.
+    // The run asks for a slot and checks its claim inside it: a batch that waited for capacity
+    // while an enable answered, or while another replica took the disable over, is never sent.
     // An open breaker is seen before the check: a call that would not be sent is not recorded.
-    pauseSpending: (batch, mayStart, owner) =>
-      slots.run(owner, async () => {
-        if (spendBreaker.breaker.opened) throw new DependencyError('spend_management', 'breaker_open', 'circuit open, call not attempted');
-        return (await mayStart()) ? spendBreaker.fire(batch.campaignIds, batch.callKey) : undefined;
-      }),
+    async spendSlot(owner) {
+      const slot = await slots.acquire(owner);
+      if (spendBreaker.breaker.opened) {
+        slot.release();
+        throw new DependencyError('spend_management', 'breaker_open', 'circuit open, call not attempted');
+      }
+      return { pause: (batch) => spendBreaker.fire(batch.campaignIds, batch.callKey), release: () => slot.release() };
+    },
     markPausedInStore: (ids) => stateBreaker.fire(ids),
   };
   const { worker: workerSettings } = settings;
@@ -114,6 +122,7 @@ export function createDisableProtocol(deps: ProtocolDeps) {
       owner: deps.owner,
     },
     metrics,
+    deps.clock,
   );
   const useCase = createAgentStatusUseCase({
     agents: deps.stores.agents,
@@ -134,6 +143,7 @@ export function createDisableProtocol(deps: ProtocolDeps) {
     metrics,
     log: deps.log,
     expiredKeys: deps.expiredKeys,
+    clock: deps.clock,
   });
   return { runner, useCase, worker, breakers: { spendManagement: spendBreaker.breaker, redis: stateBreaker.breaker } };
 }

@@ -1,6 +1,6 @@
 // One disable run as an object: its flag, its passes over the agent's campaigns, and its end.
 import { randomUUID } from 'node:crypto';
-import { performance } from 'node:perf_hooks';
+import type { Clock } from '../clock.js';
 import { DependencyError } from '../observability/dependency-calls.js';
 import type { AgentRepository, Lease } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
@@ -11,13 +11,16 @@ import type { CallOwner } from './spend-scheduler.js';
 
 /** The stores a run pauses campaigns in, each behind its breaker; both resolve with what they confirmed. */
 export interface PausePorts {
-  /**
-   * Waits for a spend-management slot, then asks `mayStart` (the claim check, which records the
-   * call in the call record) inside it, and only when that says yes sends the call with the
-   * batch's idempotency key. undefined: the call was not sent.
-   */
-  pauseSpending: (batch: SentBatch, mayStart: () => Promise<boolean>, owner: CallOwner) => Promise<{ confirmed: string[] } | undefined>;
-  markPausedInStore: (campaignIds: readonly string[]) => Promise<{ confirmed: string[] }>;
+  /** Waits for a spend-management slot in `owner`'s turn; the run checks its claim inside it before it calls. */
+  spendSlot(owner: CallOwner): Promise<SpendSlot>;
+  markPausedInStore(campaignIds: readonly string[]): Promise<{ confirmed: string[] }>;
+}
+
+/** One spend-management slot, held until released (releasing twice releases once). */
+export interface SpendSlot {
+  /** The call, with the batch's idempotency key, in this slot. */
+  pause(batch: SentBatch): Promise<{ confirmed: string[] }>;
+  release(): void;
 }
 
 export interface RunStores {
@@ -78,7 +81,7 @@ export interface RunRequest {
   flagged: boolean;
   /** Read by the statement that claimed the row (up to DisableRunner.readAhead + 1 ids); otherwise the run reads its own. */
   firstBatch?: string[];
-  /** Monotonic ms (performance.now()) by which the run stops starting batches (the request's deadline). */
+  /** Monotonic ms (this.side.clock.now()) by which the run stops starting batches (the request's deadline). */
   stopAt: number;
   /** The worker's run: its calls take only the capacity requests leave free. */
   background?: boolean;
@@ -95,6 +98,8 @@ export interface RunnerSide {
   lease: Lease;
   /** Campaigns one read fetches (DisableRunner.readAhead). */
   readAhead: number;
+  /** The clock of the flag's retries, the claim check's age and its lease renewal. */
+  clock: Clock;
   markSlots: MarkSlots;
   /** Whether a batch started now could not end before `stopAt` or the replica's shutdown. */
   stopReason: (stopAt: number) => StopKind | undefined;
@@ -135,7 +140,6 @@ class Stops {
 }
 
 const defaultFlagRetryMs = 200;
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * One disable run: the claim a request, a take-over or the worker holds, driven to its end.
@@ -169,19 +173,29 @@ export class DisableRun {
     this.firstChunk = request.firstBatch;
     this.owner = { networkId: request.networkId, agentId: request.agentId, background: request.background === true };
     const { agentId, networkId } = request;
-    this.marks = new MarkQueue(request.stores.agents, { agentId, networkId, lease: side.lease }, side.markSlots, (marked, sentAt) =>
-      this.marked(marked, sentAt),
+    this.marks = new MarkQueue(
+      request.stores.agents,
+      { agentId, networkId, lease: side.lease },
+      side.markSlots,
+      (marked, sentAt) => this.marked(marked, sentAt),
+      side.clock,
     );
   }
 
   async drive(): Promise<RunEnd> {
     if (!this.request.flagged) await this.setFlag();
-    this.claims = new ClaimCheck(this.request.stores.queue, this.request.agentId, this.side.lease, {
-      claimLost: () => {
-        this.stops.claimLost = true;
+    this.claims = new ClaimCheck(
+      this.request.stores.queue,
+      this.request.agentId,
+      this.side.lease,
+      {
+        claimLost: () => {
+          this.stops.claimLost = true;
+        },
+        failed: (error) => this.stops.fail(error),
       },
-      failed: (error) => this.stops.fail(error),
-    });
+      this.side.clock,
+    );
     const completed = this.stops.halted ? undefined : await this.passes();
     return completed ?? (await this.release());
   }
@@ -192,7 +206,7 @@ export class DisableRun {
     const retryMs = this.side.settings.flagRetryMs ?? defaultFlagRetryMs;
     // The worker gives up after half a lease (and tries again after its backoff); a request waits
     // until its own stop time.
-    const waitUntil = Math.min(stopAt, performance.now() + this.side.settings.leaseMs / 2);
+    const waitUntil = Math.min(stopAt, this.side.clock.now() + this.side.settings.leaseMs / 2);
     try {
       for (;;) {
         const flag = await this.request.stores.queue.setFlag(agentId, claimToken);
@@ -205,11 +219,11 @@ export class DisableRun {
           return;
         }
         const stop = this.side.stopReason(Number.POSITIVE_INFINITY);
-        if (stop || performance.now() + retryMs > waitUntil) {
+        if (stop || this.side.clock.now() + retryMs > waitUntil) {
           this.stops.stopped = stop ?? 'agent_locked';
           return;
         }
-        await sleep(retryMs);
+        await this.side.clock.sleep(retryMs);
       }
     } catch (error) {
       this.stops.fail(error);
@@ -295,7 +309,14 @@ export class DisableRun {
     const recorded = { value: false };
     let spend: { confirmed: string[] } | undefined;
     try {
-      spend = await this.side.ports.pauseSpending(batch, () => this.mayStart(batch, recorded), this.owner);
+      // The slot first, then the claim check (which records the call in the write-ahead record)
+      // inside it; only when that says yes is the call sent. undefined: it was not sent.
+      const slot = await this.side.ports.spendSlot(this.owner);
+      try {
+        spend = (await this.mayStart(batch, recorded)) ? await slot.pause(batch) : undefined;
+      } finally {
+        slot.release();
+      }
     } catch (error) {
       this.stops.fail(error);
       // Answered with a failure, or never sent (an open breaker, a refused connection): it paused
@@ -365,7 +386,7 @@ export class DisableRun {
     if (!answer.ours) return false;
     // An answer older than the bound is not trusted: an enable may have answered since its
     // snapshot (it waits that long after its commit before answering).
-    if (performance.now() - answer.sentAt > this.side.settings.claimCheckMaxAgeMs) {
+    if (this.side.clock.now() - answer.sentAt > this.side.settings.claimCheckMaxAgeMs) {
       this.stops.fail(new DependencyError('postgres', 'timeout', 'check_claim: answered too late to start a call'));
       return false;
     }

@@ -1,6 +1,6 @@
 // The replica's runner: its runs' registry and shutdown; every disable run passes DisableRunner.run, where its end is reported.
 import { randomUUID } from 'node:crypto';
-import { performance } from 'node:perf_hooks';
+import { type Clock, systemClock } from '../clock.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Lease } from '../stores/agent-repository.js';
 import type { AnsweredCall, RecordedCall, RecordedClaim, SentPauses } from '../stores/sent-pauses.js';
@@ -24,7 +24,7 @@ class Shutdown {
   private at = Number.POSITIVE_INFINITY;
   private readonly controller = new AbortController();
 
-  /** Monotonic ms (performance.now()) by which every run stops starting batches (infinite until a shutdown). */
+  /** Monotonic ms (the runner's clock) by which every run stops starting batches (infinite until a shutdown). */
   get stopTime(): number {
     return this.at;
   }
@@ -140,6 +140,8 @@ export class DisableRunner {
     private readonly ports: PausePorts,
     private readonly settings: RunSettings,
     private readonly metrics: Metrics,
+    /** The runs' clock (stop times, claim-check ages, leases): the process's, or a test's. */
+    readonly clock: Clock = systemClock,
   ) {
     this.unsent = new UnsentCalls(this.shutdown.signal);
   }
@@ -194,6 +196,7 @@ export class DisableRunner {
       settings: this.settings,
       lease: this.lease(request.claimToken),
       readAhead: this.readAhead,
+      clock: this.clock,
       markSlots: this.markSlots,
       stopReason: (stopAt) => this.stopReason(stopAt),
       countPaused: (moved) => this.count(request.partnerName, moved, request),
@@ -213,7 +216,7 @@ export class DisableRunner {
   }
 
   private stopReason(stopAt: number): 'deadline' | 'shutdown' | undefined {
-    const end = performance.now() + this.settings.batchBudgetMs;
+    const end = this.clock.now() + this.settings.batchBudgetMs;
     if (end > this.shutdown.stopTime) return 'shutdown';
     if (end > stopAt) return 'deadline';
     return undefined;
@@ -247,8 +250,9 @@ export class DisableRunner {
       let confirmed = call.answered;
       if (confirmed === undefined) {
         const owner: CallOwner = { networkId: '', agentId: call.agentId, background: true };
-        const again = await this.ports.pauseSpending({ campaignIds: call.campaignIds, callKey: call.callKey }, async () => true, owner);
-        confirmed = again?.confirmed ?? [];
+        const slot = await this.ports.spendSlot(owner);
+        const again = await slot.pause({ campaignIds: call.campaignIds, callKey: call.callKey }).finally(() => slot.release());
+        confirmed = again.confirmed;
         if (confirmed.length === 0) {
           await stores.sentPauses.forget([call.callKey]);
           return 0;

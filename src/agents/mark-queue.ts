@@ -1,5 +1,5 @@
 // One run's database marks, one statement in flight, within the replica's mark slots per network.
-import { performance } from 'node:perf_hooks';
+import { type Clock, systemClock } from '../clock.js';
 import type { AgentRepository, Lease } from '../stores/agent-repository.js';
 
 /** Batch statements one network's runs have in flight at once in a replica. */
@@ -66,6 +66,7 @@ export class MarkQueue {
     private readonly slots: MarkSlots,
     /** Called after each statement, with when it was sent (monotonic ms). */
     private readonly onMarked: (marked: Marked, sentAt: number) => void,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   /**
@@ -85,7 +86,7 @@ export class MarkQueue {
     const group = this.waiting.splice(0);
     try {
       const ids = group.flatMap((waiting) => waiting.ids);
-      const sentAt = performance.now();
+      const sentAt = this.clock.now();
       const { agentId, networkId, lease } = this.run;
       const finish = group.some((waiting) => waiting.finish);
       const settled = group.flatMap((waiting) => (waiting.settles ? [waiting.settles] : []));

@@ -1,27 +1,16 @@
 /**
- * The outcomes of a status change, named once. Each failure of the use case carries its outcome
- * and the kind of problem it is answered with; the route (audit log and metrics), the problem
- * writer (src/http/problems.ts gives each kind its status and texts) and the use case's span read
- * them from the error, never from its name. A run's own end (the worker's outcome) is classified
- * where runs end, in disable-runs.ts.
+ * The outcomes of a status change, named once. Each failure of the use case carries its outcome;
+ * the use case's span reads it from the error, never from its name, and the answer catalogue
+ * (src/http/answers.ts) gives each failure its status, body and problem. A run's own end (the
+ * worker's outcome) is classified where runs end, in disable-runs.ts.
  */
 
 /** What became of a status change request: the audit line's `outcome`, the metrics' label. */
 export type ChangeOutcome = 'updated' | 'accepted' | 'not_found' | 'limited' | 'precondition_failed' | 'superseded' | 'key_lost' | 'failed';
 
-/** The problem kinds the use case's failures are answered with (a subset of src/http/problems.ts's). */
-export type FailureProblem =
-  | 'notFound'
-  | 'tooManyDisables'
-  | 'preconditionFailed'
-  | 'superseded'
-  | 'idempotencyKeyInUse'
-  | 'dependencyFailure';
-
-/** A failure the use case names: the outcome it stands for and the problem it is answered with. */
+/** A failure the use case names: the outcome it stands for (its answer is the catalogue's). */
 export abstract class ChangeFailure extends Error {
   abstract readonly outcome: ChangeOutcome;
-  abstract readonly problem: FailureProblem;
 }
 
 /**

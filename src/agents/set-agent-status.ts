@@ -1,6 +1,6 @@
 // The use case: enable or disable one agent of the partner's network, and read its status and changes.
-import { performance } from 'node:perf_hooks';
 import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api';
+import type { Clock } from '../clock.js';
 import { DependencyError } from '../observability/dependency-calls.js';
 import type { AgentRepository, AgentStatusView, ChangeConditions, Lease, StatusChangeRow } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
@@ -15,7 +15,6 @@ import { ChangeFailure, isFault, outcomeOf } from './outcomes.js';
 export class AgentNotInNetwork extends ChangeFailure {
   override readonly name = 'AgentNotInNetwork';
   readonly outcome = 'not_found';
-  readonly problem = 'notFound';
   constructor() {
     super('agent not found in the partner network');
   }
@@ -25,7 +24,6 @@ export class AgentNotInNetwork extends ChangeFailure {
 export class TooManyDisables extends ChangeFailure {
   override readonly name = 'TooManyDisables';
   readonly outcome = 'limited';
-  readonly problem = 'tooManyDisables';
   constructor(readonly limit: number) {
     super(`at most ${limit} agents of one network are disabled at once`);
   }
@@ -35,13 +33,12 @@ export class TooManyDisables extends ChangeFailure {
 export class DisableIncomplete extends ChangeFailure {
   override readonly name = 'DisableIncomplete';
   readonly outcome = 'failed';
-  readonly problem = 'dependencyFailure';
   constructor(
     readonly pausedCampaignCount: number,
     readonly remainingCampaignCount: number | undefined,
     readonly runCause: RunCause,
-    /** Whether agent_approved = false was known committed when the request answered (a 202 of 2026-12-01 needs it). */
-    readonly flagged = true,
+    /** The status it answers with where an incomplete disable is accepted (a 202: src/http/answers.ts). */
+    readonly status: AgentStatusView,
   ) {
     super(`disable incomplete: ${runCause.kind}`);
   }
@@ -51,7 +48,6 @@ export class DisableIncomplete extends ChangeFailure {
 export class PreconditionFailed extends ChangeFailure {
   override readonly name = 'PreconditionFailed';
   readonly outcome = 'precondition_failed';
-  readonly problem = 'preconditionFailed';
   constructor() {
     super('the agent changed since the tag given in If-Match');
   }
@@ -64,7 +60,6 @@ export class PreconditionFailed extends ChangeFailure {
 export class IdempotencyKeyLost extends ChangeFailure {
   override readonly name = 'IdempotencyKeyLost';
   readonly outcome = 'key_lost';
-  readonly problem = 'idempotencyKeyInUse';
   constructor() {
     super('the idempotency key passed to a repeat of this request');
   }
@@ -74,7 +69,6 @@ export class IdempotencyKeyLost extends ChangeFailure {
 export class DisableSuperseded extends ChangeFailure {
   override readonly name = 'DisableSuperseded';
   readonly outcome = 'superseded';
-  readonly problem = 'superseded';
   constructor(readonly pausedCampaignCount: number) {
     super('disable superseded by a later enable');
   }
@@ -131,6 +125,8 @@ export interface RequestRuns {
   /** Campaigns one read fetches: the recording statement reads one more. */
   readonly readAhead: number;
   readonly shutdown: ShutdownClock;
+  /** The clock of deadlines, waits and the enable's fence (the runner's). */
+  readonly clock: Clock;
   /** A lease for a new claim (a fresh claim token). */
   newLease(): Lease;
   /** The end of this network's run of the agent going on in this replica, if any. */
@@ -167,6 +163,8 @@ interface DisableRequestSide {
   stores: RunStores;
   runs: RequestRuns;
   clock: AnswerClock;
+  /** The runs' clock, for the waits between looks. */
+  time: Clock;
   waitPollMs: number;
 }
 
@@ -188,7 +186,7 @@ class DisableRequest {
    * network's allowance) is called when the request's own run ends, even after a 202.
    */
   async answer(release: () => void): Promise<number | AcceptedDisable> {
-    const { networkId, agentId, respondAsync } = this.command;
+    const { respondAsync } = this.command;
     const answer = this.withinDeadline(this.steps());
     void answer.then(release, release);
     if (!respondAsync) return answer;
@@ -198,10 +196,7 @@ class DisableRequest {
       if (typeof first === 'number') return first;
       // Answered 202: the rest of the run is its own business (its end is logged by the runner).
       answer.catch(() => undefined);
-      const left = Math.max(0, (this.progress.unpausedAtStart ?? 0) - this.progress.paused);
-      return {
-        accepted: { agentId, networkId, enabled: false, activeUnpausedCampaignCount: left, disableInProgress: true },
-      };
+      return { accepted: this.inProgress(Math.max(0, (this.progress.unpausedAtStart ?? 0) - this.progress.paused)) };
     } finally {
       accepted.cancel();
     }
@@ -298,7 +293,7 @@ class DisableRequest {
       }
       const late = clock.tooLateToWait(deadline, this.side.waitPollMs);
       if (late) throw await this.incomplete({ kind: late });
-      await new Promise((resolve) => setTimeout(resolve, this.side.waitPollMs));
+      await this.side.time.sleep(this.side.waitPollMs);
     }
   }
 
@@ -330,14 +325,19 @@ class DisableRequest {
   private settle(end: RunEnd): number | undefined {
     if (end.kind === 'completed') return this.progress.paused;
     if (end.kind === 'incomplete') {
-      throw new DisableIncomplete(
-        this.progress.paused,
-        end.remaining ?? estimatedRemaining(this.progress),
-        end.cause,
-        this.progress.flagged,
-      );
+      const remaining = end.remaining ?? estimatedRemaining(this.progress);
+      throw new DisableIncomplete(this.progress.paused, remaining, end.cause, this.inProgress(remaining ?? 0));
     }
     return undefined;
+  }
+
+  /**
+   * The status of a disable that goes on by itself (a 202's body), built here only: still enabled
+   * while the flag is not known to be committed (the agent's row held by another transaction).
+   */
+  private inProgress(left: number): AgentStatusView {
+    const { agentId, networkId } = this.command;
+    return { agentId, networkId, enabled: !this.progress.flagged, activeUnpausedCampaignCount: left, disableInProgress: true };
   }
 
   /** The disable is recorded but not complete: what it paused, and what is left (counted if the database answers quickly). */
@@ -347,7 +347,7 @@ class DisableRequest {
       () => this.side.agents.remainingCampaigns(this.command.agentId),
       estimatedRemaining(this.progress),
     );
-    return new DisableIncomplete(paused, remaining, cause, this.progress.flagged);
+    return new DisableIncomplete(paused, remaining, cause, this.inProgress(remaining ?? 0));
   }
 }
 
@@ -367,7 +367,8 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     queue: deps.queue,
     stores: { agents, queue: deps.queue, sentPauses: deps.sentPauses },
     runs,
-    clock: new AnswerClock(runs.shutdown, deps.answerMarginMs ?? 500),
+    clock: new AnswerClock(runs.shutdown, deps.answerMarginMs ?? 500, runs.clock),
+    time: runs.clock,
     waitPollMs: deps.waitPollMs ?? 200,
   };
 
@@ -382,17 +383,13 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
   async function enable(command: SetAgentStatusCommand): Promise<void> {
     // An enable made already (madeAs) answers as it did: it is never made a second time.
     if (command.madeAs !== undefined) return;
-    // The enable's fence (below) is waited in full, whatever the deadline: an enable whose deadline
-    // leaves no room for it answers 500 before its statement, with nothing changed.
-    if (performance.now() + deps.supersedeFenceMs > command.deadline) {
-      throw new DependencyError('postgres', 'timeout', 'enable_agent: no time left for the fence before the request deadline');
-    }
     const author = { partnerName: command.partnerName, requestId: command.requestId };
-    // The fence must fit before the deadline: the statement waits for a connection only until the
-    // deadline less the fence, and is not started at all past that (a 503 with nothing changed, never
-    // a late commit answered without its fence).
+    // The enable's fence (below) is waited in full, whatever the deadline, so it must fit before the
+    // deadline: the statement waits for a connection only until the deadline less the fence, and is
+    // not started at all past that (a 503 with nothing changed, never a late commit answered without
+    // its fence).
     const startBy = command.deadline - deps.supersedeFenceMs;
-    if (performance.now() >= startBy) throw new PoolWaitExceeded('enable_agent: too close to the deadline to start with its fence');
+    if (runs.clock.now() >= startBy) throw new PoolWaitExceeded('enable_agent: too close to the deadline to start with its fence');
     const done = await waitingUntil(startBy, () => agents.enable(command.networkId, command.agentId, author, command.conditions));
     if (done === 'precondition_failed') throw new PreconditionFailed();
     if (done === 'key_lost') throw new IdempotencyKeyLost();
@@ -402,7 +399,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     // claimCheckMaxAgeMs, so once that much has passed since the commit no call of that run can
     // start any more, and only then does the enable answer: in full even past the deadline (a
     // statement that answered late), since a shorter fence would let such a call start after the 200.
-    if (done.supersededDisable) await sleepUntil(performance.now() + deps.supersedeFenceMs, Number.POSITIVE_INFINITY);
+    if (done.supersededDisable) await sleepUntil(runs.clock.now() + deps.supersedeFenceMs, Number.POSITIVE_INFINITY, runs.clock);
   }
 
   function setAgentStatus(command: SetAgentStatusCommand & { respondAsync?: undefined }): Promise<AgentStatus>;

@@ -10,21 +10,14 @@ import {
   deprecationHeaders,
   isApiVersion,
   supportedApiVersions,
-  type VersionChange,
-  versionMakes,
 } from '../api-versions.js';
 import type { Metrics } from '../observability/metrics.js';
 import { problem, sendProblem } from './problems.js';
 
 /** The version a request is answered in (resolved by the partner guard; the default before it ran). */
-function versionOf(request: FastifyRequest): ApiVersion {
+export function versionOf(request: FastifyRequest): ApiVersion {
   const version = request.audit?.apiVersion;
   return isApiVersion(version) ? version : defaultApiVersion;
-}
-
-/** Whether the request's answer is the one `change` makes: asked where an answer differs between versions. */
-export function answersWith(request: FastifyRequest, change: VersionChange): boolean {
-  return versionMakes(versionOf(request), change);
 }
 
 const unsupportedDetail = (supported: readonly string[], pinned: string | undefined) =>

@@ -5,6 +5,7 @@ import Fastify, { LogController } from 'fastify';
 import type { Logger } from 'pino';
 import type { Partner } from '../auth/partner-keys.js';
 import { installAccessLog } from './access-log.js';
+import type { AuditOutcome } from './answers.js';
 import { errorHandler } from './error-handler.js';
 import { clientErrorHandlerWith, connectHandler } from './malformed-http.js';
 import { bodyLimitBytes, partnerTexts, problem, sendProblem } from './problems.js';
@@ -17,7 +18,7 @@ declare module 'fastify' {
   interface FastifyRequest {
     partner: Partner | undefined;
     /** What the request did, for its one log line (never the key). */
-    audit: { partner?: string; apiVersion?: string; agentId?: string; enabled?: boolean; outcome?: string };
+    audit: { partner?: string; apiVersion?: string; agentId?: string; enabled?: boolean; outcome?: AuditOutcome };
   }
 }
 

@@ -1,17 +1,8 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { ChangeFailure } from '../agents/outcomes.js';
-import {
-  AgentNotInNetwork,
-  DisableIncomplete,
-  DisableSuperseded,
-  IdempotencyKeyLost,
-  PreconditionFailed,
-  TooManyDisables,
-} from '../agents/set-agent-status.js';
-import { DependencyError } from '../observability/dependency-calls.js';
 import { redactKnownKeys } from '../observability/key-finder.js';
-import { PoolWaitExceeded } from '../stores/pool-wait.js';
-import { convenienceTexts, type Problem, type ProblemKind, partnerTexts, problem, problemDetails, sendProblem } from './problems.js';
+import { answerOf, isCatalogued, sendAnswer } from './answers.js';
+import { versionOf } from './api-version-hooks.js';
+import { type ProblemKind, partnerTexts, problem, problemDetails, sendProblem } from './problems.js';
 
 interface AjvError {
   keyword: string;
@@ -44,63 +35,6 @@ function validationDetail(error: FastifyError, request: FastifyRequest): string 
   }
 }
 
-/** The one log line of a disable that did not finish by its answer, whatever the answer (500, or 202 in later API versions). */
-export function logIncompleteDisable(request: FastifyRequest, error: DisableIncomplete): void {
-  const cause = error.runCause;
-  request.log.error(
-    {
-      ...(cause.kind === 'dependency'
-        ? cause.error.logFields
-        : cause.kind === 'not_confirmed'
-          ? { dependency: cause.dependency, reason: 'not_confirmed' }
-          : cause.kind === 'agent_locked'
-            ? { dependency: 'postgres', reason: 'agent_locked' }
-            : { reason: cause.kind }),
-      pausedCampaignCount: error.pausedCampaignCount,
-      remainingCampaignCount: error.remainingCampaignCount,
-    },
-    'dependency failure',
-  );
-}
-
-/** What the 500 of an incomplete disable says, by why its run stopped. */
-function incompleteDetail(error: DisableIncomplete): string {
-  const cause = error.runCause;
-  // Not "the agent is disabled" while its flag is not known committed.
-  if (cause.kind === 'agent_locked' || !error.flagged) return problemDetails.recorded;
-  if (cause.kind === 'deadline' || cause.kind === 'shutdown') return problemDetails.deadline;
-  return problemDetails.pause;
-}
-
-/**
- * The problem a failure of the use case is answered with: its kind is the failure's own
- * (src/agents/outcomes.ts), its texts and the counts it adds are chosen here.
- */
-export function failureProblem(error: ChangeFailure, request: FastifyRequest, reply: FastifyReply): Problem {
-  const id = request.id;
-  if (error instanceof AgentNotInNetwork) return problem(error.problem, partnerTexts.notInNetwork, id);
-  if (error instanceof PreconditionFailed) return problem(error.problem, convenienceTexts.preconditionFailed, id);
-  if (error instanceof IdempotencyKeyLost) {
-    reply.header('retry-after', '1');
-    return problem(error.problem, convenienceTexts.keyLost, id);
-  }
-  if (error instanceof TooManyDisables) {
-    reply.header('retry-after', '1');
-    return problem(error.problem, partnerTexts.tooManyDisables(error.limit), id);
-  }
-  if (error instanceof DisableSuperseded) {
-    return problem(error.problem, problemDetails.superseded, id, { pausedCampaignCount: error.pausedCampaignCount });
-  }
-  if (error instanceof DisableIncomplete) {
-    logIncompleteDisable(request, error);
-    return problem(error.problem, incompleteDetail(error), id, {
-      pausedCampaignCount: error.pausedCampaignCount,
-      ...(error.remainingCampaignCount === undefined ? {} : { remainingCampaignCount: error.remainingCampaignCount }),
-    });
-  }
-  return problem(error.problem, problemDetails.unexpected, id);
-}
-
 const frameworkProblems: Record<string, [ProblemKind, string]> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: ['unsupportedMediaType', partnerTexts.notJson],
   FST_ERR_CTP_BODY_TOO_LARGE: ['payloadTooLarge', partnerTexts.bodyTooLarge],
@@ -120,17 +54,8 @@ const frameworkProblems: Record<string, [ProblemKind, string]> = {
  */
 export function errorHandler(error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
   const id = request.id;
-  if (error instanceof ChangeFailure) return sendProblem(reply, failureProblem(error, request, reply));
-  if (error instanceof PoolWaitExceeded) {
-    // Every connection busy for as long as the request could wait: nothing was sent, so nothing changed.
-    request.log.error(error.logFields, 'dependency failure');
-    reply.header('retry-after', '1');
-    return sendProblem(reply, problem('unavailable', problemDetails.poolFull, id));
-  }
-  if (error instanceof DependencyError) {
-    request.log.error(error.logFields, 'dependency failure');
-    return sendProblem(reply, problem('dependencyFailure', problemDetails.database, id));
-  }
+  // A failure of the use case (or a dependency's) a route let through: the catalogue's answer.
+  if (isCatalogued(error)) return sendAnswer(request, reply, answerOf({ error }, versionOf(request), id));
   // Details that quote the request (a member name) never quote a partner key.
   if (error.validation) return sendProblem(reply, problem('validation', redactKnownKeys(validationDetail(error, request)), id));
   const known = error.code ? frameworkProblems[error.code] : undefined;

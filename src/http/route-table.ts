@@ -11,7 +11,7 @@ import type { PartnerKeyStore } from '../auth/partner-keys.js';
 import type { LimitSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
-import { createPartnerGuard } from './partner-guard.js';
+import { guardPartnerScope } from './partner-guard.js';
 import { partnerPrefix } from './paths.js';
 import { partnerTexts, problem, problemDetails, sendProblem } from './problems.js';
 import { agentStatusRoute } from './routes/agent-status.js';
@@ -102,7 +102,8 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
           return problem('unavailable', problemDetails.unavailable, request.id) as never;
         },
       });
-      const guard = await createPartnerGuard(partnerApi, {
+      // The scope authenticates itself: every route registered in it below is guarded.
+      await guardPartnerScope(partnerApi, {
         keyStore,
         overloadMaxEventLoopDelayMs: deps.limits.overloadMaxEventLoopDelayMs,
         overloadUnauthenticatedUtilizationPercent: deps.limits.overloadUnauthenticatedUtilizationPercent,
@@ -116,14 +117,13 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
       await partnerApi.register(agentStatusRoute, {
         agentStatus: deps.agentStatus,
         metrics,
-        guard,
         requestDeadlineMs: deps.limits.requestDeadlineMs,
         idempotencyKeys: deps.idempotencyKeys,
         isApiKey: (value) => keyStore.holdsAnywhere(value),
       });
-      await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus, guard });
-      await partnerApi.register(statusChangesRoute, { agentStatus: deps.agentStatus, guard });
-      await partnerApi.register(webhookEndpointRoutes, { ...deps.webhooks, guard });
+      await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus });
+      await partnerApi.register(statusChangesRoute, { agentStatus: deps.agentStatus });
+      await partnerApi.register(webhookEndpointRoutes, deps.webhooks);
     },
     { prefix: partnerPrefix },
   );

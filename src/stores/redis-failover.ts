@@ -78,18 +78,23 @@ async function reassertAgent(options: FailoverReassertOptions, timed: ReturnType
  * while one runs starts another after it; a failed one is tried again after `retryMs` until it
  * succeeds or the service stops.
  */
-export function startFailoverReassert(options: FailoverReassertOptions) {
-  const timed = postgresCall(options.metrics);
-  let running: Promise<void> | undefined;
-  let again = false;
-  let stopped = false;
-  let retry: NodeJS.Timeout | undefined;
+class FailoverReassert {
+  private readonly timed: ReturnType<typeof postgresCall>;
+  private running: Promise<void> | undefined;
+  private again = false;
+  private stopped = false;
+  private retry: NodeJS.Timeout | undefined;
 
-  async function reassert(): Promise<void> {
+  constructor(private readonly options: FailoverReassertOptions) {
+    this.timed = postgresCall(options.metrics);
+  }
+
+  private async reassert(): Promise<void> {
+    const { options } = this;
     const startedAt = Date.now();
-    const agents = await recentlyDisabledAgents(options.pool, timed, options.windowMs);
+    const agents = await recentlyDisabledAgents(options.pool, this.timed, options.windowMs);
     let campaigns = 0;
-    for (const agentId of agents) campaigns += await reassertAgent(options, timed, agentId);
+    for (const agentId of agents) campaigns += await reassertAgent(options, this.timed, agentId);
     options.metrics.redisReassertedCampaigns.inc(campaigns);
     options.metrics.redisReasserts.inc({ outcome: 'ok' });
     options.log.warn(
@@ -98,36 +103,40 @@ export function startFailoverReassert(options: FailoverReassertOptions) {
     );
   }
 
-  function trigger(): void {
-    if (stopped) return;
-    if (running) {
-      again = true;
+  readonly trigger = (): void => {
+    if (this.stopped) return;
+    if (this.running) {
+      this.again = true;
       return;
     }
-    clearTimeout(retry);
-    running = reassert()
+    clearTimeout(this.retry);
+    this.running = this.reassert()
       .catch((error: unknown) => {
-        options.metrics.redisReasserts.inc({ outcome: 'failed' });
-        options.log.error({ reason: (error as Error).message }, 'Redis failover: re-assertion failed; trying again');
-        again = true;
+        this.options.metrics.redisReasserts.inc({ outcome: 'failed' });
+        this.options.log.error({ reason: (error as Error).message }, 'Redis failover: re-assertion failed; trying again');
+        this.again = true;
       })
       .finally(() => {
-        running = undefined;
-        if (!again || stopped) return;
-        again = false;
-        retry = setTimeout(trigger, options.retryMs);
-        retry.unref();
+        this.running = undefined;
+        if (!this.again || this.stopped) return;
+        this.again = false;
+        this.retry = setTimeout(this.trigger, this.options.retryMs);
+        this.retry.unref();
       });
-  }
-
-  options.campaignState.onFailover?.(trigger);
-  for (const outcome of ['ok', 'failed']) options.metrics.redisReasserts.inc({ outcome }, 0);
-  return {
-    /** Stops retrying and waits for a re-assertion under way. */
-    async stop(): Promise<void> {
-      stopped = true;
-      clearTimeout(retry);
-      await running;
-    },
   };
+
+  /** Stops retrying and waits for a re-assertion under way. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.retry);
+    await this.running;
+  }
+}
+
+/** Starts re-asserting after every failover the campaign state reports (see FailoverReassert). */
+export function startFailoverReassert(options: FailoverReassertOptions): { stop(): Promise<void> } {
+  const reassert = new FailoverReassert(options);
+  options.campaignState.onFailover?.(reassert.trigger);
+  for (const outcome of ['ok', 'failed']) options.metrics.redisReasserts.inc({ outcome }, 0);
+  return { stop: () => reassert.stop() };
 }

@@ -1,21 +1,18 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { generateOpenApiDocument } from '../../scripts/generate-openapi.js';
 import { AgentNotInNetwork, type AgentStatusUseCase } from '../../src/agents/set-agent-status.js';
-import { PartnerKeyStore, parseKeySet } from '../../src/auth/partner-keys.js';
-import { loadConfig } from '../../src/config.js';
-import { buildApp } from '../../src/http/app.js';
 import { problem } from '../../src/http/problems.js';
 import { DependencyError } from '../../src/observability/dependency-calls.js';
-import { createLogger } from '../../src/observability/logger.js';
-import { createMetrics } from '../../src/observability/metrics.js';
 import {
   attachResponseValidator,
   createResponseValidator,
   type ObservedResponse,
   type ResponseValidator,
 } from '../support/openapi-validator.js';
+import { statusPath, urls } from '../support/partner.js';
+import { stubApp } from '../support/stub-app.js';
 
-const route = '/partner/agents/status';
+const route = statusPath;
 const agentId = 'us-east-1:00000000-0000-4000-8000-000000000001';
 const networkId = '00000000-0000-4000-8000-0000000000aa';
 const requestId = 'req-1';
@@ -139,35 +136,7 @@ describe('attached to the real app, it checks every response as sent', () => {
 
   type SetAgentStatus = AgentStatusUseCase['setAgentStatus'];
   async function appWith(setAgentStatus: SetAgentStatus) {
-    const keyStore = new PartnerKeyStore();
-    keyStore.replace(parseKeySet(JSON.stringify({ 'partner-keys': { [key]: { networkId, name: 'partner' } } })));
-    const app = await buildApp({
-      logger: createLogger('silent'),
-      metrics: createMetrics({ collectDefaults: false }),
-      keyStore,
-      agentStatus: {
-        setAgentStatus,
-        readAgentStatus: async () => {
-          throw new AgentNotInNetwork();
-        },
-        readStatusChanges: async () => {
-          throw new AgentNotInNetwork();
-        },
-      },
-      idempotencyKeys: undefined as never,
-      webhooks: { endpoints: undefined as never, refusalOfUrl: undefined as never },
-      isReady: async () => true,
-      limits: {
-        ...loadConfig({
-          DATABASE_URL: 'postgres://x/y',
-          REDIS_URL: 'redis://x',
-          SPEND_MANAGEMENT_URL: 'http://x',
-          PARTNER_KEYS_FILE: '/dev/null',
-        }).limits,
-        rateLimitMax: 0,
-      },
-      rateLimitStore: { redis: undefined, keyPrefix: '' },
-    });
+    const app = await stubApp({ key, networkId, setAgentStatus });
     const check = attachResponseValidator(app);
     await app.ready();
     closeApp = () => app.close();
@@ -197,7 +166,7 @@ describe('attached to the real app, it checks every response as sent', () => {
     statuses.push((await post('{}', { 'content-type': 'application/json' })).statusCode);
     statuses.push((await post(JSON.stringify({ pad: 'x'.repeat(17 * 1024) }))).statusCode);
     statuses.push((await post('agentId=x', { 'x-api-key': key, 'content-type': 'text/plain' })).statusCode);
-    statuses.push((await app.inject({ method: 'GET', url: '/partner/openapi.json' })).statusCode);
+    statuses.push((await app.inject({ method: 'GET', url: urls.openApi })).statusCode);
     statuses.push((await app.inject({ method: 'GET', url: '/partner/nothing' })).statusCode);
     statuses.push((await app.inject({ method: 'GET', url: '/livez' })).statusCode);
 

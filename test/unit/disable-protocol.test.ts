@@ -2,11 +2,15 @@ import { performance } from 'node:perf_hooks';
 // The disable protocol's decisions, with the statements over in-memory maps (no database, no build):
 // a claim taken or joined, a run superseded, the deadline, a locked agent row, and the answer each
 // outcome becomes.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { AnswerClock } from '../../src/agents/answer-clock.js';
+import { ClaimCheck } from '../../src/agents/claim-check.js';
 import { createDisableProtocol } from '../../src/agents/disable-protocol.js';
 import { AgentNotInNetwork, DisableIncomplete, DisableSuperseded, type SetAgentStatusCommand } from '../../src/agents/set-agent-status.js';
+import { type Clock, systemClock } from '../../src/clock.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics } from '../../src/observability/metrics.js';
+import { fakeClock } from '../support/clock.js';
 import { inMemoryStores } from '../support/in-memory-stores.js';
 
 const networkId = '6f1c2b9e-5d4a-4e8f-9a7b-1c2d3e4f5a6b';
@@ -15,7 +19,8 @@ const networkId = '6f1c2b9e-5d4a-4e8f-9a7b-1c2d3e4f5a6b';
  * The protocol as the service composes it (src/agents/disable-protocol.ts), over in-memory
  * statements and a fake spend management that answers after `delayMs`.
  */
-function protocol(options: { slots?: number; delayMs?: number } = {}) {
+function protocol(options: { slots?: number; delayMs?: number; clock?: Clock; fenceMs?: number } = {}) {
+  const clock = options.clock ?? systemClock;
   const stores = inMemoryStores();
   const calls: Array<{ ids: readonly string[]; at: number; recorded: boolean }> = [];
   const { runner, useCase } = createDisableProtocol({
@@ -28,7 +33,14 @@ function protocol(options: { slots?: number; delayMs?: number } = {}) {
         rollingWindowMs: 30_000,
       },
       pipeline: { batchesInFlight: 4, spendManagementMaxConcurrency: options.slots ?? 16, workerCallMaxWaitMs: 1_000 },
-      worker: { pollIntervalMs: 1_000, leaseMs: 10_000, backoffBaseMs: 10, backoffMaxMs: 20, concurrency: 1, claimCheckMaxAgeMs: 1_000 },
+      worker: {
+        pollIntervalMs: 1_000,
+        leaseMs: 10_000,
+        backoffBaseMs: 10,
+        backoffMaxMs: 20,
+        concurrency: 1,
+        claimCheckMaxAgeMs: options.fenceMs ?? 1_000,
+      },
       disablesInFlightPerNetwork: 8,
       batchBudgetMs: 50,
       flagRetryMs: 10,
@@ -38,16 +50,19 @@ function protocol(options: { slots?: number; delayMs?: number } = {}) {
     owner: 'unit',
     stores,
     workerStores: stores,
-    pauseSpendingPeriods: async (ids, callKey) => {
-      calls.push({ ids, at: Date.now(), recorded: stores.recorded.get(callKey)?.campaignIds.join() === ids.join() });
-      stores.statements.push('spend_call');
-      await new Promise((resolve) => setTimeout(resolve, options.delayMs ?? 0));
-      return { confirmed: [...ids] };
+    spendManagement: {
+      pauseSpendingPeriods: async (ids, callKey) => {
+        calls.push({ ids, at: Date.now(), recorded: stores.recorded.get(callKey)?.campaignIds.join() === ids.join() });
+        stores.statements.push('spend_call');
+        await new Promise((resolve) => setTimeout(resolve, options.delayMs ?? 0));
+        return { confirmed: [...ids] };
+      },
     },
-    markPausedInCampaignState: async (ids) => ({ confirmed: [...ids] }),
+    campaignState: { markPaused: async (ids) => ({ confirmed: [...ids] }) },
     expiredKeys: { purgeExpired: async () => 0 },
     metrics: createMetrics({ collectDefaults: false }),
     log: createLogger('silent'),
+    clock,
   });
   const command = (agentId: string, enabled: boolean, deadlineMs = 5_000): SetAgentStatusCommand & { respondAsync?: undefined } => ({
     networkId,
@@ -55,7 +70,7 @@ function protocol(options: { slots?: number; delayMs?: number } = {}) {
     enabled,
     partnerName: 'unit',
     requestId: undefined,
-    deadline: performance.now() + deadlineMs,
+    deadline: clock.now() + deadlineMs,
   });
   return { stores, calls, runner, useCase, command };
 }
@@ -170,5 +185,93 @@ describe('the disable protocol, without a database', () => {
     });
     expect(answer).toEqual({ agentId: plain, networkId, enabled: false, pausedCampaignCount: 5 });
     expect(reads).toBe(2);
+  });
+});
+
+describe("the protocol's timings on a clock the test holds", () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('answers a disable by its deadline on the clock: ten minutes of deadline pass in no real time', async () => {
+    const clock = fakeClock();
+    // Spend management answers each call after a minute of the test's clock.
+    const { stores, useCase, command, runner } = protocol({ slots: 1, delayMs: 60_000, clock });
+    const { agentId } = stores.seed(networkId, 1_000);
+    const startedAt = performance.now();
+    const outcome = useCase.setAgentStatus(command(agentId, false, 600_000)).catch((error: unknown) => error);
+    await vi.advanceTimersByTimeAsync(600_000);
+    const incomplete = (await outcome) as DisableIncomplete;
+    expect(incomplete).toBeInstanceOf(DisableIncomplete);
+    expect(incomplete.runCause).toEqual({ kind: 'deadline' });
+    expect(incomplete.pausedCampaignCount + (incomplete.remainingCampaignCount ?? 0)).toBe(1_000);
+    expect(performance.now() - startedAt).toBeLessThan(5_000);
+    runner.stopBy(clock.now());
+    await vi.advanceTimersByTimeAsync(120_000);
+    await runner.idle();
+  });
+
+  it('an enable that superseded a run waits the fence (claimCheckMaxAgeMs) on the clock before it answers, and no longer', async () => {
+    const clock = fakeClock();
+    const { stores, useCase, command, calls, runner } = protocol({ slots: 1, delayMs: 1_000, clock, fenceMs: 30_000 });
+    const { agentId } = stores.seed(networkId, 500);
+    const disable = useCase.setAgentStatus(command(agentId, false, 600_000)).catch((error: unknown) => error);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(calls.length).toBeGreaterThan(0);
+    let answered = false;
+    const enable = useCase.setAgentStatus(command(agentId, true, 600_000)).then(() => {
+      answered = true;
+    });
+    await vi.advanceTimersByTimeAsync(29_000);
+    expect(answered).toBe(false);
+    await vi.advanceTimersByTimeAsync(1_500);
+    expect(answered).toBe(true);
+    await enable;
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(await disable).toBeInstanceOf(DisableSuperseded);
+    await runner.idle();
+  });
+
+  it('AnswerClock: the deadline less its margin, or the shutdown when it comes first', async () => {
+    const clock = fakeClock();
+    const shutdown = { stopTime: Number.POSITIVE_INFINITY, signal: new AbortController().signal };
+    const answers = new AnswerClock(shutdown, 500, clock);
+    const never = new Promise<number>(() => undefined);
+    const byDeadline = answers.race(never, clock.now() + 10_000);
+    await vi.advanceTimersByTimeAsync(9_499);
+    expect(await Promise.race([byDeadline, 'waiting'])).toBe('waiting');
+    await vi.advanceTimersByTimeAsync(1);
+    expect(await byDeadline).toBe('deadline');
+    expect(answers.tooLateToWait(clock.now() + 1_000, 200)).toBeUndefined();
+    expect(answers.tooLateToWait(clock.now() + 600, 200)).toBe('deadline');
+
+    const controller = new AbortController();
+    const stopping = { stopTime: Number.POSITIVE_INFINITY, signal: controller.signal };
+    const race = new AnswerClock(stopping, 500, clock).race(never, clock.now() + 60_000);
+    stopping.stopTime = clock.now() + 2_000;
+    controller.abort();
+    await vi.advanceTimersByTimeAsync(1_500);
+    expect(await race).toBe('shutdown');
+  });
+
+  it('ClaimCheck: only checks a fresh lease, renews it once a third of it is gone on the clock', async () => {
+    const clock = fakeClock();
+    const renewals: boolean[] = [];
+    const queue = {
+      checkClaim: async (_agentId: string, _lease: unknown, renew: boolean) => {
+        renewals.push(renew);
+        return true;
+      },
+    };
+    const lease = { claimToken: 't', owner: 'unit', leaseMs: 30_000 };
+    const check = new ClaimCheck(queue, 'a', lease, { claimLost: () => undefined, failed: () => undefined }, clock);
+    const batch = { campaignIds: ['c'], callKey: 'k' };
+    await check.check(batch);
+    await vi.advanceTimersByTimeAsync(9_000);
+    await check.check(batch);
+    await vi.advanceTimersByTimeAsync(2_000);
+    await check.check(batch);
+    await check.check(batch);
+    expect(renewals).toEqual([false, false, true, false]);
   });
 });

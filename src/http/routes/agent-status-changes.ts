@@ -1,5 +1,4 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { onRequestAsyncHookHandler } from 'fastify';
 import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
 import { partnerRoutes } from '../paths.js';
 import { convenienceTexts, problem, sendProblem } from '../problems.js';
@@ -7,17 +6,15 @@ import { readStatusChangesDocumentation } from './agent-status-changes.schema.js
 
 export interface StatusChangesRouteDeps {
   agentStatus: AgentStatusUseCase;
-  guard: onRequestAsyncHookHandler[];
 }
 
 const largestChangeId = 9223372036854775807n;
 
 /** GET /partner/agents/{agentId}/status-changes (docs/interfaces.md §11): the agent's change rows, a page at a time. */
-export const statusChangesRoute: FastifyPluginAsyncTypebox<StatusChangesRouteDeps> = async (app, { agentStatus, guard }) => {
+export const statusChangesRoute: FastifyPluginAsyncTypebox<StatusChangesRouteDeps> = async (app, { agentStatus }) => {
   app.get(
     partnerRoutes.statusChanges,
     {
-      onRequest: guard,
       // The query's own 400 says what limit and before must be; other validation errors as usual.
       attachValidation: true,
       ...readStatusChangesDocumentation(),

@@ -1,5 +1,4 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { onRequestAsyncHookHandler } from 'fastify';
 import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
 import { etagOf } from '../conveniences.js';
 import { partnerRoutes } from '../paths.js';
@@ -7,15 +6,13 @@ import { readAgentStatusDocumentation } from './agent-status-read.schema.js';
 
 export interface AgentStatusReadRouteDeps {
   agentStatus: AgentStatusUseCase;
-  guard: onRequestAsyncHookHandler[];
 }
 
 /** GET /partner/agents/{agentId}/status (docs/interfaces.md §9): reads, never changes anything. */
-export const agentStatusReadRoute: FastifyPluginAsyncTypebox<AgentStatusReadRouteDeps> = async (app, { agentStatus, guard }) => {
+export const agentStatusReadRoute: FastifyPluginAsyncTypebox<AgentStatusReadRouteDeps> = async (app, { agentStatus }) => {
   app.get(
     partnerRoutes.agentStatusRead,
     {
-      onRequest: guard,
       ...readAgentStatusDocumentation(),
     },
     async (request, reply) => {

@@ -1,23 +1,18 @@
 import { performance } from 'node:perf_hooks';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { onRequestAsyncHookHandler } from 'fastify';
-import { ChangeFailure, outcomeOf } from '../../agents/outcomes.js';
-import { type AgentStatusUseCase, DisableIncomplete } from '../../agents/set-agent-status.js';
+import type { AgentStatusUseCase } from '../../agents/set-agent-status.js';
 import type { Metrics } from '../../observability/metrics.js';
 import type { IdempotencyKeys } from '../../stores/idempotency-keys.js';
 import { waitingUntil } from '../../stores/pool-wait.js';
-import { answersWith } from '../api-version-hooks.js';
+import { answerOf, type ChangeResult, sendAnswer } from '../answers.js';
+import { versionOf } from '../api-version-hooks.js';
 import { idempotencyHooks, ifMatchChangeIds, readPrefer } from '../conveniences.js';
-import { failureProblem, logIncompleteDisable } from '../error-handler.js';
-import { agentStatusUrl, partnerRoutes, statusChangeRouteLabel } from '../paths.js';
-import { sendProblem } from '../problems.js';
+import { partnerRoutes, statusChangeRouteLabel } from '../paths.js';
 import { setAgentStatusDocumentation } from './agent-status.schema.js';
 
 export interface AgentStatusRouteDeps {
   agentStatus: AgentStatusUseCase;
   metrics: Metrics;
-  /** Authentication and the rate limit (src/http/partner-guard.ts). */
-  guard: onRequestAsyncHookHandler[];
   requestDeadlineMs: number;
   idempotencyKeys: IdempotencyKeys;
   /** Whether a value is a partner key (never stored as an idempotency key). */
@@ -29,7 +24,7 @@ const acceptBeforeDeadlineMs = 1_000;
 
 export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> = async (
   app,
-  { agentStatus, metrics, guard, requestDeadlineMs, idempotencyKeys, isApiKey },
+  { agentStatus, metrics, requestDeadlineMs, idempotencyKeys, isApiKey },
 ) => {
   // A claim outlives the request's deadline by a margin: only a dead replica's claim runs out.
   const keys = idempotencyHooks(idempotencyKeys, metrics, requestDeadlineMs + 5_000, isApiKey);
@@ -41,7 +36,6 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
   app.post(
     partnerRoutes.agentStatus,
     {
-      onRequest: guard,
       preHandler: keys.claim,
       onSend: keys.settle,
       ...setAgentStatusDocumentation(),
@@ -68,9 +62,10 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
               return { acceptAt: Math.min(arrivedAt + (prefer.waitSeconds ?? 0) * 1000, deadline - acceptBeforeDeadlineMs) };
             };
       const held = keys.held(request);
+      let result: ChangeResult;
       try {
         // No statement of the request waits for a database connection past its deadline.
-        const result = await waitingUntil(deadline, () =>
+        const value = await waitingUntil(deadline, () =>
           agentStatus.setAgentStatus({
             networkId: partner.networkId,
             agentId,
@@ -83,49 +78,17 @@ export const agentStatusRoute: FastifyPluginAsyncTypebox<AgentStatusRouteDeps> =
             ...(held?.changeId ? { madeAs: held.changeId } : {}),
           }),
         );
-        if ('accepted' in result) {
-          request.audit.outcome = 'accepted';
-          answered('accepted');
-          metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: 'accepted' });
-          reply.code(202).header('location', agentStatusUrl(agentId)).header('preference-applied', 'respond-async');
-          return result.accepted;
-        }
-        request.audit.outcome = 'updated';
-        metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: 'updated' });
-        return result;
+        result = { value };
       } catch (error) {
-        // The outcome is the failure's own (src/agents/outcomes.ts); the error handler writes its problem.
-        const outcome = outcomeOf(error);
-        request.audit.outcome = outcome;
-        if (outcome === 'limited') {
-          metrics.requestsLimited.inc({ partner: partner.name, limit: 'disables_in_flight' });
-          throw error;
-        }
-        if (error instanceof DisableIncomplete && error.flagged && answersWith(request, 'incompleteDisableAccepted')) {
-          // API version 2026-12-01 on: the disable is recorded, its flag committed, and it finishes
-          // by itself, which is a 202 with its status (as for Prefer: respond-async), not a 500 with
-          // counts. Only once the flag is known committed: a disable whose flag is not (the agent's
-          // row held by another transaction, the connection lost while waiting for it) answers the
-          // 500 of 2026-11-21, which says the disable is recorded and goes on by itself.
-          logIncompleteDisable(request, error);
-          request.audit.outcome = 'accepted';
-          metrics.agentStatusChanges.inc({ partner: partner.name, enabled: 'false', outcome: 'accepted' });
-          reply.code(202).header('location', agentStatusUrl(agentId));
-          return {
-            agentId,
-            networkId: partner.networkId,
-            enabled: false,
-            activeUnpausedCampaignCount: error.remainingCampaignCount ?? 0,
-            disableInProgress: true,
-          };
-        }
-        if (outcome === 'precondition_failed' && error instanceof ChangeFailure) {
-          answered('precondition_failed');
-          return sendProblem(reply, failureProblem(error, request, reply));
-        }
-        metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome });
-        throw error;
+        result = { error };
       }
+      // Every answer, a success or a failure, is the catalogue's (src/http/answers.ts).
+      const answer = answerOf(result, versionOf(request), request.id);
+      const { counts } = answer;
+      if (counts.change) metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(enabled), outcome: answer.outcome });
+      if (counts.convenience) answered(counts.convenience);
+      if (counts.limit) metrics.requestsLimited.inc({ partner: partner.name, limit: counts.limit });
+      return sendAnswer(request, reply, answer);
     },
   );
 };

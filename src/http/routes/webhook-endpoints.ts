@@ -1,5 +1,4 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { onRequestAsyncHookHandler } from 'fastify';
 import { newSigningSecret } from '../../events/webhook-signature.js';
 import type { WebhookDelivery, WebhookEndpoint, WebhookEndpointStore } from '../../stores/webhook-endpoints.js';
 import { partnerRoutes } from '../paths.js';
@@ -44,13 +43,10 @@ const deliveryView = (delivery: WebhookDelivery) => ({ ...delivery, eventType: d
  * The webhook endpoints of docs/interfaces.md §14. Every statement carries the key's network: an
  * endpoint of another network answers the same 404 as one that does not exist.
  */
-export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps & { guard: onRequestAsyncHookHandler[] }> = async (
-  app,
-  { endpoints, refusalOfUrl, guard },
-) => {
+export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps> = async (app, { endpoints, refusalOfUrl }) => {
   const endpointNotFound = (requestId: string) => problem('notFound', webhookTexts.endpointNotFound, requestId);
 
-  app.post(partnerRoutes.webhookEndpoints, { onRequest: guard, schema: createEndpointSchema }, async (request, reply) => {
+  app.post(partnerRoutes.webhookEndpoints, { schema: createEndpointSchema }, async (request, reply) => {
     const { url, eventTypes } = request.body;
     const refusal = await refusalOfUrl(url);
     if (refusal) return sendProblem(reply, problem('validation', refusal, request.id));
@@ -65,12 +61,12 @@ export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps &
     return reply.code(201).send({ ...view(made), secret });
   });
 
-  app.get(partnerRoutes.webhookEndpoints, { onRequest: guard, schema: listEndpointsSchema }, async (request) => {
+  app.get(partnerRoutes.webhookEndpoints, { schema: listEndpointsSchema }, async (request) => {
     request.audit.outcome = 'read';
     return { endpoints: (await endpoints.list(request.partner!.networkId)).map(view) };
   });
 
-  app.delete(partnerRoutes.webhookEndpoint, { onRequest: guard, schema: deleteEndpointSchema }, async (request, reply) => {
+  app.delete(partnerRoutes.webhookEndpoint, { schema: deleteEndpointSchema }, async (request, reply) => {
     if (!(await endpoints.remove(request.partner!.networkId, request.params.endpointId))) {
       return sendProblem(reply, endpointNotFound(request.id));
     }
@@ -78,7 +74,7 @@ export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps &
     return reply.code(204).send();
   });
 
-  app.post(partnerRoutes.webhookSecretRotation, { onRequest: guard, schema: rotateSecretSchema }, async (request, reply) => {
+  app.post(partnerRoutes.webhookSecretRotation, { schema: rotateSecretSchema }, async (request, reply) => {
     const secret = newSigningSecret();
     const until = new Date(Date.now() + rotationOverlapMs).toISOString();
     if (!(await endpoints.rotateSecret(request.partner!.networkId, request.params.endpointId, secret, rotationOverlapMs))) {
@@ -88,7 +84,7 @@ export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps &
     return { secret, previousSecretExpiresAt: until };
   });
 
-  app.get(partnerRoutes.webhookDeliveries, { onRequest: guard, schema: listDeliveriesSchema }, async (request, reply) => {
+  app.get(partnerRoutes.webhookDeliveries, { schema: listDeliveriesSchema }, async (request, reply) => {
     const limit = request.query.limit === undefined ? 20 : Number(request.query.limit);
     const deliveries = await endpoints.deliveries(request.partner!.networkId, request.params.endpointId, limit);
     if (!deliveries) return sendProblem(reply, endpointNotFound(request.id));
@@ -96,7 +92,7 @@ export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps &
     return { deliveries: deliveries.map(deliveryView) };
   });
 
-  app.post(partnerRoutes.webhookDeliveryRetry, { onRequest: guard, schema: retryDeliverySchema }, async (request, reply) => {
+  app.post(partnerRoutes.webhookDeliveryRetry, { schema: retryDeliverySchema }, async (request, reply) => {
     const { endpointId, deliveryId } = request.params;
     const networkId = request.partner!.networkId;
     const delivery = await endpoints.retry(networkId, endpointId, deliveryId);
