@@ -2,7 +2,7 @@ import { isIP } from 'node:net';
 
 /**
  * The service's whole configuration, read once from the environment (docs/interfaces.md §2 plus
- * the project's own tunables documented in the README). A missing or invalid variable throws a
+ * the project's own tunables documented in docs/configuration.md). A missing or invalid variable throws a
  * ConfigError whose message names it; main.ts prints that one line and exits 1.
  */
 export class ConfigError extends Error {

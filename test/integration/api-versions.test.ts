@@ -4,7 +4,7 @@ import { parseItem } from 'structured-headers';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { startTestService, type TestService } from '../support/service.js';
-import { waitFor } from '../support/wait.js';
+import { patience, waitFor } from '../support/wait.js';
 
 // docs/interfaces.md §15 against the real PostgreSQL and Redis: a request's version (header, the
 // key's pinned version, the default), the 400 for an unknown or sunset one in the contract's order,
@@ -281,7 +281,17 @@ describe('a disable that is recorded but not finished by its answer (spend manag
     svc.sim.refuse(campaigns.slice(0, 1));
     const response = await post(svc, pinnedKey, { agentId, enabled: false });
     expect(response.statusCode).toBe(202);
-    expect(response.json()).toMatchObject({ enabled: false, activeUnpausedCampaignCount: 1, disableInProgress: true });
+    // The answer's count is the database's at the moment of the answer: the confirmed campaign's
+    // mark may commit just after it on a busy machine (issue 37), so 1 or 2; the state settles at
+    // 1 (the campaign spend management leaves out), as a partner reading the status sees.
+    expect(response.json()).toMatchObject({ enabled: false, disableInProgress: true });
+    expect([1, 2]).toContain(response.json().activeUnpausedCampaignCount);
+    const location = response.headers.location as string;
+    await waitFor(async () => (await get(svc, pinnedKey, location)).json().activeUnpausedCampaignCount === 1, {
+      timeoutMs: patience(15_000),
+      intervalMs: 50,
+      failure: 'the confirmed campaign was not marked paused',
+    });
     svc.sim.refuse([]);
     await waitFor(async () => !(await db.pendingRow(agentId)), {
       timeoutMs: 60_000,

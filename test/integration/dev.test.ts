@@ -16,7 +16,7 @@ import { freePort, groupProcesses, portIsFree } from '../support/process.js';
  */
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
-async function startDev(extraEnv: Record<string, string> = {}) {
+async function startDev(extraEnv: Record<string, string> = {}, script = 'dev') {
   const ports = {
     PORT: await freePort(),
     METRICS_PORT: await freePort(),
@@ -24,7 +24,7 @@ async function startDev(extraEnv: Record<string, string> = {}) {
     DEV_SIMULATOR_PORT: await freePort(),
   };
   // Its own process group, as a terminal would give it, so the whole tree can be listed and signalled.
-  const child = spawn('npm', ['run', '--silent', 'dev'], {
+  const child = spawn('npm', ['run', '--silent', script], {
     cwd: root,
     detached: true,
     env: {
@@ -197,4 +197,60 @@ describe("npm run dev's database watch", () => {
       await db.close();
     }
   });
+});
+
+/**
+ * Issue 37: webhooks could not be tried locally (every local URL answered "must use https" or "not
+ * public"). The README's dev section: `npm run dev:webhooks` (the test settings that allow http
+ * and 127.0.0.0/8), an endpoint registered with the demo key, `npm run webhook-receiver` with the
+ * secret the registration answered, and a disable: the receiver prints the completion event with
+ * its signature verified.
+ */
+describe('npm run dev:webhooks with npm run webhook-receiver', () => {
+  it('delivers the demo disable to the receiver on this machine, signed', async () => {
+    const dev = await startDev({}, 'dev:webhooks');
+    const receiverPort = await freePort();
+    let receiver: ReturnType<typeof spawn> | undefined;
+    try {
+      const text = dev.output();
+      const base = `http://127.0.0.1:${dev.ports.PORT}`;
+      const key = field(text, 'Demo API key');
+      const registered = await fetch(`${base}/partner/webhook-endpoints`, {
+        method: 'POST',
+        headers: { 'x-api-key': key, 'content-type': 'application/json' },
+        body: JSON.stringify({ url: `http://127.0.0.1:${receiverPort}/hook`, eventTypes: ['agent.disable.completed'] }),
+      });
+      const endpoint = (await registered.json()) as { secret: string };
+      expect(registered.status, JSON.stringify(endpoint)).toBe(201);
+
+      receiver = spawn('npm', ['run', '--silent', 'webhook-receiver'], {
+        cwd: root,
+        env: {
+          PATH: process.env.PATH ?? '',
+          HOME: process.env.HOME ?? '',
+          WEBHOOK_RECEIVER_PORT: String(receiverPort),
+          WEBHOOK_SECRET: endpoint.secret,
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: true,
+      });
+      let printed = '';
+      receiver.stdout!.on('data', (chunk) => (printed += chunk));
+      receiver.stderr!.on('data', (chunk) => (printed += chunk));
+      await vi.waitFor(() => expect(printed).toContain('webhook receiver on'), { timeout: 30_000, interval: 50 });
+
+      const agent = field(text, 'Demo agents');
+      expect((await postStatus(base, key, agent, false)).status).toBe(200);
+      await vi.waitFor(
+        () => expect(printed).toMatch(/delivery \S+: \S*agent\.disable\.completed .*"pausedCampaignCount":12.*\(signature verified\)/),
+        {
+          timeout: 30_000,
+          interval: 100,
+        },
+      );
+    } finally {
+      if (receiver?.pid && groupProcesses(receiver.pid).length > 0) process.kill(-receiver.pid, 'SIGKILL');
+      await stopDev(dev);
+    }
+  }, 120_000);
 });

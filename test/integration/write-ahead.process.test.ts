@@ -14,6 +14,7 @@ import { postStatus } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
+import { patience } from '../support/wait.js';
 
 const db = testDatabase();
 const key = newApiKey();
@@ -129,7 +130,7 @@ describe('a database cut while a call is in flight, then an enable', () => {
       sim.setMode('slow', { delayMs: 1_000 });
       const requestsBefore = sim.requests().length;
       const disable = postStatus(service.baseUrl, key, agentId, false);
-      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
+      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: patience(5_000), interval: 20 });
       proxy.cut();
       expect((await disable).status).toBe(500);
       sim.setMode('ok');
@@ -156,7 +157,7 @@ describe('a replica stopped while what it sent is not settled', () => {
       sim.setMode('slow', { delayMs: 2_500 });
       const requestsBefore = sim.requests().length;
       const disable = postStatus(first.baseUrl, key, agentId, false);
-      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
+      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: patience(5_000), interval: 20 });
       expect((await postStatus(first.baseUrl, key, agentId, true)).status).toBe(200);
       proxy.cut(); // Redis unreachable when the confirmed batch comes back
       expect((await disable).status).toBe(409);
@@ -186,13 +187,13 @@ describe('a replica stopped while what it sent is not settled', () => {
     sim.setMode('slow', { delayMs: 1_500 });
     const requestsBefore = sim.requests().length;
     const disable = postStatus(first.baseUrl, key, agentId, false).catch(() => undefined);
-    await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
+    await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: patience(5_000), interval: 20 });
     const callKey = sim.requests().at(-1)!.idempotencyKey;
     first.child.kill('SIGKILL');
     await first.exited;
     await disable;
     // The call reached spend management, which paused the campaigns; nothing else knows yet.
-    await vi.waitFor(() => expect(ids.every((id) => sim.isPaused(id))).toBe(true), { timeout: 5_000, interval: 50 });
+    await vi.waitFor(() => expect(ids.every((id) => sim.isPaused(id))).toBe(true), { timeout: patience(5_000), interval: 50 });
     sim.setMode('ok');
     const second = await replica();
     expect((await postStatus(second.baseUrl, key, agentId, true)).status).toBe(200);
@@ -222,7 +223,7 @@ describe("a replica whose database answers come late, and another replica's enab
       sim.setMode('slow', { delayMs: 600 });
       const requestsBefore = sim.requests().length;
       const disable = postStatus(slow.baseUrl, key, agentId, false);
-      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 10 });
+      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: patience(5_000), interval: 10 });
       // From now on every answer of the slow replica's database comes 2.5 s late; the next batch's
       // claim check is sent when the first call ends (600 ms), before the enable below commits.
       proxy.delay(2_500);
@@ -313,7 +314,7 @@ describe('a respond-async repeat that takes over a dead replica’s idempotency 
           const { rows } = await db.pool.query('SELECT change_id FROM idempotency_keys WHERE agent_id = $1', [agentId]);
           expect(rows[0]?.change_id).toBeTruthy();
         },
-        { timeout: 5_000, interval: 20 },
+        { timeout: patience(5_000), interval: 20 },
       );
       first.child.kill('SIGKILL');
       await first.exited;
