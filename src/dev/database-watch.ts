@@ -5,6 +5,8 @@ export interface DatabaseWatchOptions {
   url: string;
   /** Pause between two probes. */
   intervalMs: number;
+  /** The longest one probe (connect and SELECT 1) may take before it counts as failed. */
+  probeTimeoutMs: number;
   /** Probes in a row that must fail before the database counts as dead. */
   failuresInARow: number;
   /** Called once, with the last probe's error, when the database counts as dead. */
@@ -16,7 +18,8 @@ export interface DatabaseWatchOptions {
  * own through the socket server, as the service does, runs `SELECT 1` and closes it. When
  * `failuresInARow` probes in a row fail (PGlite closed or crashed, the socket server gone or
  * refusing), `onDead` is told once, so dev can say so and stop instead of answering 500 for ever.
- * Each probe is bounded by the interval, so a database that hangs counts as failing too. Returns
+ * Each probe is bounded by `probeTimeoutMs`, so a database that hangs counts as failing too; one
+ * probe runs at a time (a slow one delays the next instead of piling up). Returns
  * the function that stops watching (it waits for a probe under way).
  */
 export function watchDatabase(options: DatabaseWatchOptions): () => Promise<void> {
@@ -26,8 +29,8 @@ export function watchDatabase(options: DatabaseWatchOptions): () => Promise<void
   const probe = async () => {
     const client = new pg.Client({
       connectionString: options.url,
-      connectionTimeoutMillis: options.intervalMs,
-      query_timeout: options.intervalMs,
+      connectionTimeoutMillis: options.probeTimeoutMs,
+      query_timeout: options.probeTimeoutMs,
     });
     client.on('error', () => undefined);
     try {

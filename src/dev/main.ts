@@ -104,7 +104,15 @@ async function start() {
   );
   resources.own(
     'the database watch',
-    watchDatabase({ url: databaseUrl, intervalMs: 2_000, failuresInARow: 3, onDead: databaseDied }),
+    watchDatabase({
+      url: databaseUrl,
+      // Generous, so that a busy laptop's slow answers never stop dev: dead means refused, or
+      // silent for three probes of 15 s in a row.
+      intervalMs: 5_000,
+      probeTimeoutMs: 15_000,
+      failuresInARow: 3,
+      onDead: databaseDied,
+    }),
     (stopWatching) => stopWatching(),
   );
   printWelcome(`http://127.0.0.1:${config.port}`, `http://127.0.0.1:${config.metricsPort}`, demoKey, demo);
