@@ -221,7 +221,7 @@ describe('a version past its sunset', () => {
 });
 
 describe('a disable that is recorded but not finished by its answer (spend management failing)', () => {
-  it('answers 500 with the counts under 2026-11-21, as before versions existed', async () => {
+  it('answers 500 with the counts under 2026-11-21, as before versions existed', { timeout: 300_000 }, async () => {
     const agentId = await db.agent(networkA);
     await db.campaigns(agentId, 3);
     svc.sim.setMode('fail');
@@ -235,13 +235,13 @@ describe('a disable that is recorded but not finished by its answer (spend manag
     });
     svc.sim.setMode('ok');
     await waitFor(async () => !(await db.pendingRow(agentId)), {
-      timeoutMs: 60_000,
+      timeoutMs: patience(60_000),
       intervalMs: 100,
       failure: 'the disable did not complete',
     });
   });
 
-  it('answers 202 with Location and the status under 2026-12-01, and completes by itself', async () => {
+  it('answers 202 with Location and the status under 2026-12-01, and completes by itself', { timeout: 300_000 }, async () => {
     const agentId = await db.agent(networkA);
     const campaigns = await db.campaigns(agentId, 3);
     svc.sim.setMode('fail');
@@ -267,7 +267,7 @@ describe('a disable that is recorded but not finished by its answer (spend manag
     // No further request: the worker finishes once spend management answers again.
     svc.sim.setMode('ok');
     await waitFor(async () => !(await db.pendingRow(agentId)), {
-      timeoutMs: 60_000,
+      timeoutMs: patience(60_000),
       intervalMs: 100,
       failure: 'the disable did not complete',
     });
@@ -275,7 +275,9 @@ describe('a disable that is recorded but not finished by its answer (spend manag
     expect(await svc.pausedInRedis(campaigns)).toEqual([true, true, true]);
   });
 
-  it('answers 202 for a key pinned to 2026-12-01 that names no version (a campaign spend management leaves out)', async () => {
+  it('answers 202 for a key pinned to 2026-12-01 that names no version (a campaign spend management leaves out)', {
+    timeout: 300_000,
+  }, async () => {
     const agentId = await db.agent(networkA);
     const campaigns = await db.campaigns(agentId, 2);
     svc.sim.refuse(campaigns.slice(0, 1));
@@ -294,7 +296,7 @@ describe('a disable that is recorded but not finished by its answer (spend manag
     });
     svc.sim.refuse([]);
     await waitFor(async () => !(await db.pendingRow(agentId)), {
-      timeoutMs: 60_000,
+      timeoutMs: patience(60_000),
       intervalMs: 100,
       failure: 'the disable did not complete',
     });
@@ -333,7 +335,7 @@ describe('a deprecated version', () => {
 });
 
 describe('an Idempotency-Key replay', () => {
-  it('answers in the version of the first request, whatever version the repeat names', async () => {
+  it('answers in the version of the first request, whatever version the repeat names', { timeout: 300_000 }, async () => {
     const agentId = await db.agent(networkA);
     await db.campaigns(agentId, 2);
     const idempotencyKey = randomUUID();
@@ -362,7 +364,7 @@ describe('an Idempotency-Key replay', () => {
     expect(await db.changeCount(agentId)).toBe(changes);
     svc.sim.setMode('ok');
     await waitFor(async () => !(await db.pendingRow(agentId)), {
-      timeoutMs: 60_000,
+      timeoutMs: patience(60_000),
       intervalMs: 100,
       failure: 'the disable did not complete',
     });
