@@ -92,7 +92,7 @@ const through = (proxyPort: number) => {
 
 describe('a Redis outage under a disable, then an enable', () => {
   it('leaves no campaign paused in spend management alone: Redis and the database follow once Redis is back', {
-    timeout: 60_000,
+    timeout: patience(60_000),
   }, async () => {
     sim.setMode('ok');
     const proxy = await startTcpProxy(redisTarget());
@@ -120,7 +120,7 @@ describe('a Redis outage under a disable, then an enable', () => {
 
 describe('a database cut while a call is in flight, then an enable', () => {
   it('settles the batch spend management confirmed, in Redis and the database, once the database is back', {
-    timeout: 60_000,
+    timeout: patience(60_000),
   }, async () => {
     const proxy = await startTcpProxy(databaseTarget());
     try {
@@ -148,7 +148,7 @@ describe('a database cut while a call is in flight, then an enable', () => {
 });
 
 describe('a replica stopped while what it sent is not settled', () => {
-  it('SIGTERM during a Redis outage: another replica settles the superseded batch', { timeout: 60_000 }, async () => {
+  it('SIGTERM during a Redis outage: another replica settles the superseded batch', { timeout: patience(60_000) }, async () => {
     const proxy = await startTcpProxy(redisTarget());
     try {
       const first = await replica({ REDIS_URL: proxy.url });
@@ -176,7 +176,7 @@ describe('a replica stopped while what it sent is not settled', () => {
   });
 
   it('SIGKILL while a call is in flight: another replica sends the same call again (same key), and the stores agree', {
-    timeout: 60_000,
+    timeout: patience(60_000),
   }, async () => {
     // A lease that outlasts the second replica's start: the enable below comes while the dead
     // replica's claim still holds, so no worker runs the disable again under new keys first, and
@@ -205,7 +205,9 @@ describe('a replica stopped while what it sent is not settled', () => {
 });
 
 describe("a replica whose database answers come late, and another replica's enable", () => {
-  it('starts no pause call after the enable answered: a claim check answered too late is not trusted', { timeout: 60_000 }, async () => {
+  it('starts no pause call after the enable answered: a claim check answered too late is not trusted', {
+    timeout: patience(60_000),
+  }, async () => {
     const proxy = await startTcpProxy(databaseTarget());
     try {
       const slow = await replica({
@@ -249,7 +251,9 @@ describe("a replica whose database answers come late, and another replica's enab
 });
 
 describe('a pending disable while another network keeps requests coming', () => {
-  it("completes within §9's 60 s: the worker's calls age into the front of the spend-management queue", { timeout: 90_000 }, async () => {
+  it("completes within §9's 60 s: the worker's calls age into the front of the spend-management queue", {
+    timeout: patience(90_000),
+  }, async () => {
     const service = await replica({ SPEND_MANAGEMENT_MAX_CONCURRENCY: '1', DISABLE_BATCHES_IN_FLIGHT: '4' });
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 300);
@@ -298,7 +302,7 @@ describe('a pending disable while another network keeps requests coming', () => 
 });
 
 describe('a respond-async repeat that takes over a dead replica’s idempotency key', () => {
-  it('answers 202 only once agent_approved = false is committed', { timeout: 60_000 }, async () => {
+  it('answers 202 only once agent_approved = false is committed', { timeout: patience(60_000) }, async () => {
     const first = await replica({ REQUEST_DEADLINE_MS: '3000' });
     const agentId = await db.agent(networkId);
     await db.campaigns(agentId, 50);
