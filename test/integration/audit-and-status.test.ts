@@ -4,7 +4,6 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { injectStatusBody } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
-import { patience } from '../support/wait.js';
 
 // The audit trail, the pending disable row and the read-only status endpoint (docs/interfaces.md §9).
 
@@ -27,9 +26,6 @@ beforeAll(async () => {
       { key: keyA, networkId: networkA, name: 'audit-partner-a' },
       { key: keyB, networkId: networkB, name: 'audit-partner-b' },
     ],
-    // No dependency fault here: the support's 1 s time-outs, made for the fault tests, answered
-    // this file's disables 500 on a busy machine (issue 37).
-    env: { SPEND_MANAGEMENT_TIMEOUT_MS: String(patience(5_000)), REDIS_COMMAND_TIMEOUT_MS: String(patience(5_000)) },
   });
   limitedSvc = await startTestService({
     partners: [{ key: keyLimited, networkId: networkLimited, name: 'audit-limited' }],
