@@ -2,7 +2,7 @@ import { isIP } from 'node:net';
 
 /**
  * The service's whole configuration, read once from the environment (docs/interfaces.md §2 plus
- * the project's own tunables documented in the README). A missing or invalid variable throws a
+ * the project's own tunables documented in docs/configuration.md). A missing or invalid variable throws a
  * ConfigError whose message names it; main.ts prints that one line and exits 1.
  */
 export class ConfigError extends Error {
@@ -30,6 +30,11 @@ export interface Config {
   /** How many connections each of the replica's pools may open (docs/interfaces.md §13, "A connection budget"). */
   databaseConnections: DatabaseConnections;
   databaseStatementTimeoutMs: number;
+  /**
+   * DATABASE_IDLE_TIMEOUT_MS: how long a pool keeps an unused connection open. A connection closed
+   * after it is opened again on the next statement (and its named statements prepared again).
+   */
+  databaseIdleTimeoutMs: number;
   /** DATABASE_POOLER: `transaction` behind PgBouncer in transaction mode (docs/interfaces.md §13). */
   databasePooler: DatabasePooler;
   /** One URL, or with `redisCluster` a comma-separated list of seed nodes (docs/interfaces.md §13). */
@@ -407,6 +412,7 @@ function readConfig(env: Env): Config {
     databaseUrl: url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
     databaseConnections: databaseConnections(env),
     databaseStatementTimeoutMs: integer(env, 'DATABASE_STATEMENT_TIMEOUT_MS', 5_000, 100, 600_000),
+    databaseIdleTimeoutMs: integer(env, 'DATABASE_IDLE_TIMEOUT_MS', 60_000, 100, 3_600_000),
     databasePooler: oneOf(env, 'DATABASE_POOLER', ['none', 'transaction'] as const, 'none'),
     redisUrl: redisUrl(env, flag(env, 'REDIS_CLUSTER', false)),
     redisCluster: flag(env, 'REDIS_CLUSTER', false),

@@ -333,6 +333,7 @@ async function openPools(config: Config, failover: ServerFailover, resources: Re
   const poolOptions = {
     url: config.databaseUrl,
     statementTimeoutMs: config.databaseStatementTimeoutMs,
+    idleTimeoutMs: config.databaseIdleTimeoutMs,
     failover,
     pooler: config.databasePooler,
   };

@@ -1,7 +1,13 @@
 // `npm run dev`: the whole service on one machine with no external dependency: PostgreSQL embedded
 // (PGlite behind its socket server), an in-process key-value store, the spend-management
-// simulator, seeded demo data and a demo key made at start. Not for production: PGlite is one
-// PostgreSQL session shared by every connection, so the pool is kept to one connection here.
+// simulator, seeded demo data and a demo key made at start. Not for production.
+//
+// PGlite is ONE PostgreSQL session behind every connection of its socket server. So the service runs
+// here as it does behind a pooler in transaction mode (DATABASE_POOLER=transaction): unnamed
+// statements only. With named ones, a pool that closed an idle connection (after a minute) and
+// opened a new one prepared its statements a second time in that one session and got 42P05
+// ("prepared statement already exists") on every status read and disable, for good. And all four
+// pools together stay within one budget (DATABASE_MAX_CONNECTIONS) that the socket server takes.
 //
 // Everything runs in this one process. Each resource is released in reverse order of its start,
 // on SIGINT and SIGTERM and on a failed start alike, so nothing is left listening or on disk.
@@ -20,6 +26,7 @@ import { createLogger } from '../observability/logger.js';
 import { Resources } from '../resources.js';
 import { createService } from '../service.js';
 import { createSpendSimulator } from '../spend-simulator/simulator.js';
+import { watchDatabase } from './database-watch.js';
 import { printEvents } from './event-log.js';
 import { createInMemoryCampaignState } from './in-memory-campaign-state.js';
 import { type DemoData, seedDemo } from './seed.js';
@@ -28,6 +35,10 @@ const port = Number(process.env.PORT ?? 8080);
 const metricsPort = Number(process.env.METRICS_PORT ?? 9464);
 const databasePort = Number(process.env.DEV_DATABASE_PORT ?? 54329);
 const simulatorPort = Number(process.env.DEV_SIMULATOR_PORT ?? 8081);
+/** The service's connections, all four pools together (the fewest the service accepts: one each). */
+const serviceConnections = 4;
+/** What the socket server takes beside them: the database watch's probe, and one closing while its successor opens. */
+const spareConnections = 2;
 
 /** What has been started, newest last; released newest first. */
 const resources = new Resources();
@@ -36,7 +47,12 @@ const releaseAll = () => resources.releaseAll((name, reason) => process.stderr.w
 async function start() {
   const db = await PGlite.create();
   resources.own('PGlite', db, (pglite) => pglite.close());
-  const databaseServer = new PGLiteSocketServer({ db, host: '127.0.0.1', port: databasePort, maxConnections: 4 });
+  const databaseServer = new PGLiteSocketServer({
+    db,
+    host: '127.0.0.1',
+    port: databasePort,
+    maxConnections: serviceConnections + spareConnections,
+  });
   await databaseServer.start();
   resources.own('the PGlite socket server', databaseServer, (server) => server.stop());
   const databaseUrl = `postgres://postgres@127.0.0.1:${databasePort}/postgres?sslmode=disable`;
@@ -61,7 +77,9 @@ async function start() {
     METRICS_PORT: String(metricsPort),
     HOST: process.env.HOST ?? '127.0.0.1',
     DATABASE_URL: databaseUrl,
-    DATABASE_POOL_SIZE: '1',
+    DATABASE_POOLER: 'transaction',
+    DATABASE_MAX_CONNECTIONS: String(serviceConnections),
+    DATABASE_POOL_SIZE: '',
     REDIS_URL: 'redis://in-process.invalid:6379',
     // No Redis here to count requests in: the rate limit is off unless asked for.
     RATE_LIMIT_MAX: process.env.RATE_LIMIT_MAX ?? '0',
@@ -70,6 +88,10 @@ async function start() {
     PARTNER_KEYS_SECRET_ID: '',
     DRAIN_DELAY_MS: '0',
   });
+  // The one session's bounds, set after the migrator's own (which it leaves in the shared session):
+  // behind a pooler the service sends none and expects the role's (docs/operations.md).
+  const bound = config.databaseStatementTimeoutMs;
+  await db.exec(`SET statement_timeout = ${bound}; SET idle_in_transaction_session_timeout = ${bound};`);
   const logger = createLogger(config.logLevel);
   const service = await createService(config, { logger, campaignState: createInMemoryCampaignState() });
   resources.own('the service', service, (svc) => svc.close());
@@ -79,6 +101,19 @@ async function start() {
     'the event log',
     printEvents(db, (line) => process.stdout.write(line)),
     (stopPrinting) => stopPrinting(),
+  );
+  resources.own(
+    'the database watch',
+    watchDatabase({
+      url: databaseUrl,
+      // Generous, so that a busy laptop's slow answers never stop dev: dead means refused, or
+      // silent for three probes of 15 s in a row.
+      intervalMs: 5_000,
+      probeTimeoutMs: 15_000,
+      failuresInARow: 3,
+      onDead: databaseDied,
+    }),
+    (stopWatching) => stopWatching(),
   );
   printWelcome(`http://127.0.0.1:${config.port}`, `http://127.0.0.1:${config.metricsPort}`, demoKey, demo);
 }
@@ -99,7 +134,9 @@ function printWelcome(base: string, metrics: string, demoKey: string, demo: Demo
 partner-agent-status is running (development mode: embedded PostgreSQL, in-process key-value store, simulator).
 
   API            ${base}${partnerPath(partnerRoutes.agentStatus)}
+  Reference      ${base}${partnerPath(partnerRoutes.referencePage)}  (the API's reference page, no key needed)
   OpenAPI        ${base}${partnerPath(partnerRoutes.openApi)}
+  Webhooks       ${base}${partnerPath(partnerRoutes.webhookEndpoints)}  (http and 127.0.0.1 receivers: docs/development.md, "Webhooks on this machine")
   Health         ${base}/livez  ${base}/readyz
   Metrics        ${metrics}/metrics
   Simulator      ${simulator}/_simulator/state
@@ -132,6 +169,14 @@ Stop with Ctrl-C (SIGINT) or SIGTERM.
 const starting = start();
 let stopping = false;
 let stopSignalAt = 0;
+let exitCode = 0;
+
+/** The embedded database stopped answering: say so, and stop rather than answer 500 for ever. */
+function databaseDied(reason: string) {
+  process.stderr.write(`npm run dev: the embedded database stopped answering (${reason}); stopping. Start it again with npm run dev.\n`);
+  exitCode = 1;
+  stop('SIGTERM');
+}
 
 function stop(signal: NodeJS.Signals) {
   if (stopping) {
@@ -147,7 +192,7 @@ function stop(signal: NodeJS.Signals) {
   void starting
     .catch(() => undefined)
     .then(releaseAll)
-    .then((clean) => process.exit(clean ? 0 : 1));
+    .then((clean) => process.exit(clean ? exitCode : 1));
 }
 process.on('SIGINT', stop);
 process.on('SIGTERM', stop);

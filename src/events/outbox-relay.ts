@@ -6,7 +6,7 @@ import type { EventOutbox, OutboxEvent } from '../stores/event-outbox.js';
 import { isCloudEvent } from './cloud-event.js';
 import { type EventPublisher, PublishError } from './nats-publisher.js';
 
-/** EVENTS_RELAY_* and EVENTS_RETENTION_MS (README). */
+/** EVENTS_RELAY_* and EVENTS_RETENTION_MS (docs/configuration.md). */
 export interface RelaySettings {
   pollIntervalMs: number;
   batchSize: number;

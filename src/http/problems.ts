@@ -51,6 +51,31 @@ const typeUris = Object.fromEntries(
   ]),
 ) as Record<ProblemKind, string>;
 
+/**
+ * The kinds whose answer means the request changed nothing: the partner fixes it (or waits
+ * `Retry-After`) and sends it again. The others may follow a change: a superseded disable paused
+ * campaigns before the enable, a 500 may come after the change was recorded. The partner guide's
+ * error table says the same in its "Changed" column (test/unit/docs.test.ts holds them equal).
+ */
+export const changesNothing: ReadonlySet<ProblemKind> = new Set<ProblemKind>([
+  'validation',
+  'unsupportedApiVersion',
+  'unauthorized',
+  'notFound',
+  'methodNotAllowed',
+  'idempotencyKeyInUse',
+  'webhookEndpointLimit',
+  'preconditionFailed',
+  'idempotencyKeyReused',
+  'payloadTooLarge',
+  'unsupportedMediaType',
+  'expectationFailed',
+  'rateLimited',
+  'tooManyDisables',
+  'idempotencyKeyQuota',
+  'unavailable',
+]);
+
 export function problem(
   kind: ProblemKind,
   detail: string,

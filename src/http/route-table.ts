@@ -64,6 +64,20 @@ function routeEveryMethod(app: HttpApp): void {
   }
 }
 
+/** under-pressure's sample interval: it measures the event-loop delay over each second. */
+const pressureSampleMs = 1_000;
+
+/**
+ * Whether under-pressure's verdict sheds a request. It reports a second without a single event-loop
+ * sample (the loop blocked, or the process not scheduled, for the whole second: a busy machine) as
+ * an infinite delay, whatever the delay was: that proves a delay of a second, so it sheds only
+ * where OVERLOAD_MAX_EVENT_LOOP_DELAY_MS is below a second (issue 37: a threshold of 60 s still shed).
+ */
+export function shedsFor(type: string, value: number | undefined, maxEventLoopDelayMs: number): boolean {
+  if (type === 'eventLoopDelay' && value === Number.POSITIVE_INFINITY) return maxEventLoopDelayMs < pressureSampleMs;
+  return true;
+}
+
 /**
  * The whole route table, in one place: the API documents, the probes, then the partner API under
  * load shedding, authentication and the rate limit. The reference page and the partner API are
@@ -95,7 +109,8 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
         // Utilisation of the last sample, not since the start: what the guard sheds unauthenticated requests by.
         eventLoopUtilizationMode: 'interval',
         exposeStatusRoute: false,
-        pressureHandler: (request, reply) => {
+        pressureHandler: (request, reply, type, value) => {
+          if (!shedsFor(type, value, deps.limits.overloadMaxEventLoopDelayMs)) return undefined;
           metrics.requestsShed.inc();
           reply.code(503).type('application/problem+json').header('retry-after', '1');
           // A value returned here is what the plugin sends (typed as void, it accepts any).

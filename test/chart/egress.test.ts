@@ -210,6 +210,12 @@ describe.each(helms)('%s', (_helm, binary) => {
       expect(rule?.to?.[0]?.ipBlock?.except).toContain('169.254.0.0/16');
     });
 
+    it('is rendered from the worked example ci/webhooks-values.yaml: 443 to every public address', () => {
+      const rule = ruleFor({ values: ['ci/webhooks-values.yaml'] }, '443/TCP');
+      expect(rule?.to?.[0]?.ipBlock?.cidr).toBe('0.0.0.0/0');
+      expect(rule?.to?.[0]?.ipBlock?.except).toEqual(expect.arrayContaining(['10.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16']));
+    });
+
     it('refuses the /0 destination without allowAnyDestination', () => {
       expect(refused({ setJson: [publicOnly] })).toMatch(/networkPolicy\.egress\.webhooks\.to has ipBlock 0\.0\.0\.0\/0/);
     });

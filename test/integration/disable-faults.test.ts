@@ -10,7 +10,7 @@ import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
-import { waitFor } from '../support/wait.js';
+import { patience, waitFor } from '../support/wait.js';
 
 const db = testDatabase();
 const key = newApiKey();
@@ -40,7 +40,8 @@ async function start(env: Record<string, string>, redisUrl?: string): Promise<Te
   return svc;
 }
 
-const until = (what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000) =>
+// The default is a deadline for things that happen by themselves, stretched on a busy machine.
+const until = (what: string, check: () => Promise<boolean> | boolean, timeoutMs = patience(15_000)) =>
   waitFor(check, { timeoutMs, intervalMs: 50, failure: `timed out waiting for ${what}` });
 
 const unpausedCount = async (agentId: string) =>
@@ -61,7 +62,8 @@ describe('a platform transaction holds the agent row (the restriction trigger to
 
       const started = Date.now();
       const answer = await svc.setStatus(key, agentId, false);
-      expect(Date.now() - started).toBeLessThan(3_000);
+      // By the request's deadline (2 s), not when the lock frees; the margin stretches on a busy machine.
+      expect(Date.now() - started).toBeLessThan(2_000 + patience(1_000));
       expect(answer.statusCode).toBe(500);
       expect(answer.json()).toMatchObject({ pausedCampaignCount: 0, detail: expect.stringMatching(/recorded/) });
       // Recorded without the lock: the pending row and the change row; the flag waits.
@@ -92,7 +94,12 @@ describe('a platform transaction holds the agent row (the restriction trigger to
       await platform.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [randomUUID(), agentId]);
       expect((await svc.setStatus(key, agentId, false)).statusCode).toBe(500);
       const enable = svc.setStatus(key, agentId, true); // waits for the platform's lock
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await until('the enable to wait for the lock', async () => {
+        const waiting = await db.pool.query(
+          "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        );
+        return waiting.rowCount! > 0;
+      });
       await platform.query('COMMIT');
       expect((await enable).statusCode).toBe(200);
       await new Promise((resolve) => setTimeout(resolve, 1_500)); // several worker polls
@@ -118,7 +125,8 @@ describe('a campaign row locked by another transaction', () => {
       await platform.query('SELECT 1 FROM campaigns WHERE campaign_id = $1 FOR UPDATE', [ids[42]]);
       const started = Date.now();
       const answer = await svc.setStatus(key, agentId, false);
-      expect(Date.now() - started).toBeLessThan(2_000);
+      // At once, not when the lock frees (the test holds it until after the answer).
+      expect(Date.now() - started).toBeLessThan(patience(2_000));
       expect(answer.statusCode).toBe(500);
       expect(answer.json()).toMatchObject({ pausedCampaignCount: 99, remainingCampaignCount: 1 });
       expect((await db.pendingDisable(agentId))?.last_error).toBe('postgres:not_confirmed');
@@ -158,7 +166,8 @@ describe('a database connection that stops answering (black-holed, not closed)',
       const answer = await svc.setStatus(key, agentId, false);
       const took = Date.now() - started;
       expect(proxy.held()).toBe(1);
-      expect(took).toBeLessThan(6_000);
+      // By its deadline: on a busy machine every timer fires late, by what patience() adds to a second.
+      expect(took).toBeLessThan(6_000 + patience(1_000) - 1_000);
       expect(answer.statusCode).toBe(500);
       expect(answer.json()).toHaveProperty('remainingCampaignCount');
       const failures = await svc.service.metrics.registry.getSingleMetricAsString('dependency_errors_total');

@@ -4,8 +4,9 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { postStatus } from '../support/partner.js';
-import { startServiceProcess } from '../support/process.js';
+import { groupProcesses, portIsFree, startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
+import { patience } from '../support/wait.js';
 
 // The built service started as `npm start` starts it: telemetry preloaded, configured by env.
 const db = testDatabase();
@@ -106,5 +107,26 @@ describe('LOG_LEVEL is honoured', () => {
     expect(levels(info.output)).not.toContain('debug');
     expect(info.output.some((line) => line.includes('"msg":"request completed"') && line.includes(agentId))).toBe(true);
     expect(levels(warn.output).filter((level) => level === 'debug' || level === 'info')).toEqual([]);
+  });
+});
+
+describe('npm start ends with the signal it is sent', () => {
+  it('SIGTERM to npm (not its group, as a process manager sends it) stops the service within its drain time and closes the port', async () => {
+    const drainMs = 500;
+    const shutdownMs = 5_000;
+    const env = { ...baseEnv, DRAIN_DELAY_MS: String(drainMs), SHUTDOWN_TIMEOUT_MS: String(shutdownMs), OTEL_SDK_DISABLED: 'true' };
+    const service = await startServiceProcess(env, 'npm start');
+    const group = service.child.pid!;
+    try {
+      expect(groupProcesses(group).some((line) => line.includes('dist/main.js'))).toBe(true);
+      service.child.kill('SIGTERM');
+      // Nothing of npm's tree left within the drain delay, the shutdown allowance and a margin for
+      // the exit itself (before the fix, npm exited and node went on serving).
+      await vi.waitFor(() => expect(groupProcesses(group)).toEqual([]), { timeout: drainMs + shutdownMs + patience(2_000), interval: 50 });
+      expect(await service.exited).toBe(0);
+      expect(await portIsFree(service.port)).toBe(true);
+    } finally {
+      if (groupProcesses(group).length > 0) process.kill(-group, 'SIGKILL');
+    }
   });
 });

@@ -38,6 +38,9 @@ describe('the partner reference page at /partner/docs', () => {
     // Rendered from the documents the service serves, one per API version, the newest the default,
     // with the script from this origin.
     expect(response.body).toContain('"url": "/partner/openapi.json?version=2026-12-01"');
+    // It opens on the newest version and says so, and names the one a request without the header gets.
+    expect(response.body).toContain('"title": "API version 2026-12-01 (newest)"');
+    expect(response.body).toContain('"title": "API version 2026-11-21 (what a request without Partner-Api-Version gets)"');
     expect(response.body).toContain('"url": "/partner/openapi.json?version=2026-11-21"');
     // The script by its immutable, hashed name (the plain name stays served, below).
     expect(response.body).toMatch(/<script src="js\/scalar\.[0-9a-f]{16}\.js"><\/script>/);

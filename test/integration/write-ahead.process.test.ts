@@ -14,6 +14,7 @@ import { postStatus } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
+import { patience } from '../support/wait.js';
 
 const db = testDatabase();
 const key = newApiKey();
@@ -91,7 +92,7 @@ const through = (proxyPort: number) => {
 
 describe('a Redis outage under a disable, then an enable', () => {
   it('leaves no campaign paused in spend management alone: Redis and the database follow once Redis is back', {
-    timeout: 60_000,
+    timeout: patience(60_000),
   }, async () => {
     sim.setMode('ok');
     const proxy = await startTcpProxy(redisTarget());
@@ -119,7 +120,7 @@ describe('a Redis outage under a disable, then an enable', () => {
 
 describe('a database cut while a call is in flight, then an enable', () => {
   it('settles the batch spend management confirmed, in Redis and the database, once the database is back', {
-    timeout: 60_000,
+    timeout: patience(60_000),
   }, async () => {
     const proxy = await startTcpProxy(databaseTarget());
     try {
@@ -129,7 +130,7 @@ describe('a database cut while a call is in flight, then an enable', () => {
       sim.setMode('slow', { delayMs: 1_000 });
       const requestsBefore = sim.requests().length;
       const disable = postStatus(service.baseUrl, key, agentId, false);
-      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
+      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: patience(5_000), interval: 20 });
       proxy.cut();
       expect((await disable).status).toBe(500);
       sim.setMode('ok');
@@ -147,7 +148,7 @@ describe('a database cut while a call is in flight, then an enable', () => {
 });
 
 describe('a replica stopped while what it sent is not settled', () => {
-  it('SIGTERM during a Redis outage: another replica settles the superseded batch', { timeout: 60_000 }, async () => {
+  it('SIGTERM during a Redis outage: another replica settles the superseded batch', { timeout: patience(60_000) }, async () => {
     const proxy = await startTcpProxy(redisTarget());
     try {
       const first = await replica({ REDIS_URL: proxy.url });
@@ -156,7 +157,7 @@ describe('a replica stopped while what it sent is not settled', () => {
       sim.setMode('slow', { delayMs: 2_500 });
       const requestsBefore = sim.requests().length;
       const disable = postStatus(first.baseUrl, key, agentId, false);
-      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
+      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: patience(5_000), interval: 20 });
       expect((await postStatus(first.baseUrl, key, agentId, true)).status).toBe(200);
       proxy.cut(); // Redis unreachable when the confirmed batch comes back
       expect((await disable).status).toBe(409);
@@ -175,7 +176,7 @@ describe('a replica stopped while what it sent is not settled', () => {
   });
 
   it('SIGKILL while a call is in flight: another replica sends the same call again (same key), and the stores agree', {
-    timeout: 60_000,
+    timeout: patience(60_000),
   }, async () => {
     // A lease that outlasts the second replica's start: the enable below comes while the dead
     // replica's claim still holds, so no worker runs the disable again under new keys first, and
@@ -186,13 +187,13 @@ describe('a replica stopped while what it sent is not settled', () => {
     sim.setMode('slow', { delayMs: 1_500 });
     const requestsBefore = sim.requests().length;
     const disable = postStatus(first.baseUrl, key, agentId, false).catch(() => undefined);
-    await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 20 });
+    await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: patience(5_000), interval: 20 });
     const callKey = sim.requests().at(-1)!.idempotencyKey;
     first.child.kill('SIGKILL');
     await first.exited;
     await disable;
     // The call reached spend management, which paused the campaigns; nothing else knows yet.
-    await vi.waitFor(() => expect(ids.every((id) => sim.isPaused(id))).toBe(true), { timeout: 5_000, interval: 50 });
+    await vi.waitFor(() => expect(ids.every((id) => sim.isPaused(id))).toBe(true), { timeout: patience(5_000), interval: 50 });
     sim.setMode('ok');
     const second = await replica();
     expect((await postStatus(second.baseUrl, key, agentId, true)).status).toBe(200);
@@ -204,7 +205,9 @@ describe('a replica stopped while what it sent is not settled', () => {
 });
 
 describe("a replica whose database answers come late, and another replica's enable", () => {
-  it('starts no pause call after the enable answered: a claim check answered too late is not trusted', { timeout: 60_000 }, async () => {
+  it('starts no pause call after the enable answered: a claim check answered too late is not trusted', {
+    timeout: patience(60_000),
+  }, async () => {
     const proxy = await startTcpProxy(databaseTarget());
     try {
       const slow = await replica({
@@ -222,7 +225,7 @@ describe("a replica whose database answers come late, and another replica's enab
       sim.setMode('slow', { delayMs: 600 });
       const requestsBefore = sim.requests().length;
       const disable = postStatus(slow.baseUrl, key, agentId, false);
-      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: 5_000, interval: 10 });
+      await vi.waitFor(() => expect(sim.requests().length).toBeGreaterThan(requestsBefore), { timeout: patience(5_000), interval: 10 });
       // From now on every answer of the slow replica's database comes 2.5 s late; the next batch's
       // claim check is sent when the first call ends (600 ms), before the enable below commits.
       proxy.delay(2_500);
@@ -248,7 +251,9 @@ describe("a replica whose database answers come late, and another replica's enab
 });
 
 describe('a pending disable while another network keeps requests coming', () => {
-  it("completes within §9's 60 s: the worker's calls age into the front of the spend-management queue", { timeout: 90_000 }, async () => {
+  it("completes within §9's 60 s: the worker's calls age into the front of the spend-management queue", {
+    timeout: patience(90_000),
+  }, async () => {
     const service = await replica({ SPEND_MANAGEMENT_MAX_CONCURRENCY: '1', DISABLE_BATCHES_IN_FLIGHT: '4' });
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 300);
@@ -297,7 +302,7 @@ describe('a pending disable while another network keeps requests coming', () => 
 });
 
 describe('a respond-async repeat that takes over a dead replica’s idempotency key', () => {
-  it('answers 202 only once agent_approved = false is committed', { timeout: 60_000 }, async () => {
+  it('answers 202 only once agent_approved = false is committed', { timeout: patience(60_000) }, async () => {
     const first = await replica({ REQUEST_DEADLINE_MS: '3000' });
     const agentId = await db.agent(networkId);
     await db.campaigns(agentId, 50);
@@ -313,7 +318,7 @@ describe('a respond-async repeat that takes over a dead replica’s idempotency 
           const { rows } = await db.pool.query('SELECT change_id FROM idempotency_keys WHERE agent_id = $1', [agentId]);
           expect(rows[0]?.change_id).toBeTruthy();
         },
-        { timeout: 5_000, interval: 20 },
+        { timeout: patience(5_000), interval: 20 },
       );
       first.child.kill('SIGKILL');
       await first.exited;

@@ -1,9 +1,9 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { waitFor } from './wait.js';
+import { patience, waitFor } from './wait.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -16,20 +16,42 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
+/** The processes still in the group, as `pid command` lines. */
+export function groupProcesses(pgid: number): string[] {
+  const { stdout } = spawnSync('ps', ['-o', 'pid=,args=', '-g', String(pgid)], { encoding: 'utf8' });
+  return stdout
+    .split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean);
+}
+
+export async function portIsFree(port: number): Promise<boolean> {
+  const server = createServer();
+  server.listen(port, '127.0.0.1');
+  const outcome = await Promise.race([once(server, 'listening').then(() => true), once(server, 'error').then(() => false)]);
+  if (outcome) await new Promise((resolve) => server.close(resolve));
+  return outcome;
+}
+
 /**
  * The built service as production starts it (`npm start`: node --import ./dist/telemetry.js
- * dist/main.js), configured only by environment. test/global-setup.ts builds dist/ first.
+ * dist/main.js), configured only by environment. test/global-setup.ts builds dist/ first. `via`
+ * `npm start` runs the script itself, in a process group of its own (the child is npm).
  */
-export async function startServiceProcess(env: Record<string, string>) {
+export async function startServiceProcess(env: Record<string, string>, via: 'node' | 'npm start' = 'node') {
   const port = await freePort();
   const metricsPort = await freePort();
   const output: string[] = [];
-  // --expose-gc as npm start has it: the collection before ready runs here too (src/main.ts).
-  const child: ChildProcess = spawn(process.execPath, ['--expose-gc', '--import', './dist/telemetry.js', 'dist/main.js'], {
+  const options = {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: String(port), METRICS_PORT: String(metricsPort), ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+    stdio: ['ignore', 'pipe', 'pipe'] as ['ignore', 'pipe', 'pipe'],
+  };
+  // --expose-gc as npm start has it: the collection before ready runs here too (src/main.ts).
+  const child: ChildProcess =
+    via === 'npm start'
+      ? spawn('npm', ['start', '--silent'], { ...options, env: { ...options.env, HOME: process.env.HOME ?? '' }, detached: true })
+      : spawn(process.execPath, ['--expose-gc', '--import', './dist/telemetry.js', 'dist/main.js'], options);
   // Whole lines: the service writes its log in chunks, and a read may end inside a line.
   for (const stream of [child.stdout!, child.stderr!]) {
     createInterface({ input: stream, crlfDelay: Number.POSITIVE_INFINITY }).on('line', (line) => {
@@ -54,7 +76,7 @@ export async function startServiceProcess(env: Record<string, string>) {
           () => false,
         );
       },
-      { timeoutMs: 20_000, intervalMs: 100, failure: () => `service did not become ready:\n${output.join('\n')}` },
+      { timeoutMs: patience(20_000), intervalMs: 100, failure: () => `service did not become ready:\n${output.join('\n')}` },
     );
   } catch (error) {
     child.kill('SIGKILL'); // nothing to do when it has exited already
@@ -63,6 +85,7 @@ export async function startServiceProcess(env: Record<string, string>) {
 
   return {
     baseUrl,
+    port,
     metricsUrl: `http://127.0.0.1:${metricsPort}`,
     output,
     /** The first line (parsed JSON) that `matches`, waiting for it up to `timeoutMs`: lines are written in chunks. */

@@ -31,6 +31,9 @@ export async function stubApp(options: { key: string; networkId: string; setAgen
         PARTNER_KEYS_FILE: '/dev/null',
       }).limits,
       rateLimitMax: 0,
+      // Load shedding is not what these check: on a busy machine it would answer 503.
+      overloadMaxEventLoopDelayMs: 60_000,
+      overloadUnauthenticatedUtilizationPercent: 100,
     },
     rateLimitStore: { redis: undefined, keyPrefix: '' },
   });

@@ -1,3 +1,5 @@
+import { availableParallelism, loadavg } from 'node:os';
+
 export interface WaitOptions {
   /** How long to keep trying; one try always runs, and one more once the time is up. */
   timeoutMs: number;
@@ -22,4 +24,18 @@ export async function waitFor<T>(check: () => T | false | undefined | Promise<T 
     // The global timer, so that a test on vitest's fake clock drives the pauses.
     await new Promise((resolve) => setTimeout(resolve, options.intervalMs));
   }
+}
+
+/**
+ * A deadline for a wait whose length is not what the test is about (a process starting, a call
+ * reaching a simulator), stretched by how busy the machine is: `ms` on an idle machine, up to four
+ * times that when the load average over the last minute is four times the cores or more (a
+ * shared CI runner, a laptop building beside the tests). TEST_TIME_SCALE, when set, is used instead.
+ * A test whose subject is a time (a deadline, a lease, a timeout) keeps its figures as they are.
+ */
+export function patience(ms: number): number {
+  const set = Number(process.env.TEST_TIME_SCALE);
+  if (Number.isFinite(set) && set > 0) return Math.round(ms * set);
+  const busy = loadavg()[0]! / Math.max(1, availableParallelism());
+  return Math.round(ms * Math.min(4, Math.max(1, busy)));
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
-import { waitFor } from '../support/wait.js';
+import { patience, waitFor } from '../support/wait.js';
 
 describe('waitFor polls until a condition holds', () => {
   it('returns the first value that is neither undefined nor false', async () => {
@@ -45,5 +45,19 @@ describe('waitFor polls until a condition holds', () => {
     );
     await expect(failing).rejects.toThrow('will not change by waiting');
     expect(tries).toBe(1);
+  });
+});
+
+describe('patience stretches a deadline that is not the subject by how busy the machine is', () => {
+  it('is the figure itself on an idle machine, at most four times it, and TEST_TIME_SCALE when set', () => {
+    vi.stubEnv('TEST_TIME_SCALE', '');
+    onTestFinished(() => {
+      vi.unstubAllEnvs();
+    });
+    const stretched = patience(1_000);
+    expect(stretched).toBeGreaterThanOrEqual(1_000);
+    expect(stretched).toBeLessThanOrEqual(4_000);
+    vi.stubEnv('TEST_TIME_SCALE', '2.5');
+    expect(patience(1_000)).toBe(2_500);
   });
 });

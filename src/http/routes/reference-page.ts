@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { apiVersionNames, newestApiVersion } from '../../api-versions.js';
+import { apiVersionNames, defaultApiVersion, newestApiVersion } from '../../api-versions.js';
 import { partnerPath, partnerRoutes } from '../paths.js';
 
 /** Where partners read the API, under the partner prefix: `GET /partner/docs` redirects to `/partner/docs/`. */
@@ -13,12 +13,22 @@ const scriptPath = `${pageUrl}/js/scalar.js`;
 /** The script's immutable name, `scalar.<hash of its content>.js`: the page refers to it. */
 const hashedScriptName = (hash: string) => `scalar.${hash}.js`;
 
+function versionNote(version: string): string {
+  const notes = [
+    ...(version === newestApiVersion ? ['newest'] : []),
+    ...(version === defaultApiVersion ? ['what a request without Partner-Api-Version gets'] : []),
+  ];
+  return notes.length > 0 ? ` (${notes.join('; ')})` : '';
+}
+
 /** Scalar's in-browser renderer, configured so that nothing leaves the partner's browser for a third party. */
 const scalarConfiguration = {
   // The very documents the service serves, one per API version (the newest shown first); the page
-  // fetches them from the same origin and offers the others in its document selector.
+  // fetches them from the same origin and offers the others in its document selector. Each title
+  // says which version is the newest and which one a request without Partner-Api-Version gets, as
+  // they differ (issue 37: the page opened on one, requests got the other).
   sources: [...apiVersionNames].reverse().map((version) => ({
-    title: `API version ${version}`,
+    title: `API version ${version}${versionNote(version)}`,
     slug: version,
     url: `${partnerPath(partnerRoutes.openApi)}?version=${version}`,
     default: version === newestApiVersion,
