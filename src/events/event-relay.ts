@@ -315,7 +315,7 @@ export class EventRelay {
 
   private async housekeeping(): Promise<void> {
     const now = performance.now();
-    const { batches, outbox, metrics, settings } = this.deps;
+    const { batches, outbox, settings } = this.deps;
     // The holder of `batches` reports every stage (a dead NATS consumer then shows as a growing
     // age, whichever replica would take it); a replica that loses the role zeroes its figures.
     if (this.holds.batches && now >= this.due.stats) {
