@@ -83,6 +83,13 @@ const eventJson = (source: string) => sql.fragment`json_build_object(
 const after = (prev: string) =>
   sql.fragment`(e.xid >= pg_snapshot_xmax(${prev}::pg_snapshot) OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))`;
 
+/** The CTE `lease`: the role's lease renewed, only while it is still this replica's (a row: held). */
+const renewed = (role: RelayRole, lease: { token: string; leaseMs: number }) => sql.fragment`lease AS (
+    UPDATE event_relay_leases SET until = now() + ${seconds(lease.leaseMs)}
+    WHERE role = ${role} AND token = ${lease.token}::uuid AND until > now()
+    RETURNING 1
+  )`;
+
 /** The columns of a BatchEvent from a row `e` of agent_events. */
 const eventColumns = (source: string) => sql.fragment`e.position::text AS "position", e.event_id::text AS id,
     e.network_id::text AS "networkId", e.agent_id AS "agentId", e.type, ${eventJson(source)} AS event,
@@ -179,11 +186,7 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
         // The batch is counted whole, but only its first `limit` events are composed: a batch after
         // a long pause (the relay or the database away) is fanned out page by page (fanOut).
         const row = await pool.one(sql.type(takenRow)`
-          WITH lease AS (
-            UPDATE event_relay_leases SET until = now() + ${seconds(lease.leaseMs)}
-            WHERE role = 'batches' AND token = ${lease.token}::uuid AND until > now()
-            RETURNING 1
-          ), win AS (
+          WITH ${renewed('batches', lease)}, win AS (
             SELECT e.position AS pos, e.event_time FROM agent_events e
             WHERE ${after(prev.snapshot)} AND EXISTS (SELECT 1 FROM lease)
           ), recorded AS (
@@ -219,11 +222,7 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
     fanOut: (previous, batch, afterPosition, limit, source, lease) =>
       timed('fan_out_event_batch', async () => {
         const row = await pool.one(sql.type(fannedRow)`
-          WITH lease AS (
-            UPDATE event_relay_leases SET until = now() + ${seconds(lease.leaseMs)}
-            WHERE role = 'batches' AND token = ${lease.token}::uuid AND until > now()
-            RETURNING 1
-          ), page AS (
+          WITH ${renewed('batches', lease)}, page AS (
             SELECT e.position AS pos, e.event_id, e.network_id, e.type, ${eventJson(source)} AS body FROM agent_events e
             WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
               AND e.position > ${afterPosition ?? '0'}::bigint AND EXISTS (SELECT 1 FROM lease)
@@ -275,11 +274,7 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
     advance: (consumer, lease, batchId, position) =>
       timed('advance_event_consumer', async () => {
         const row = await pool.one(sql.type(heldRow)`
-          WITH lease AS (
-            UPDATE event_relay_leases SET until = now() + ${seconds(lease.leaseMs)}
-            WHERE role = 'nats' AND token = ${lease.token}::uuid AND until > now()
-            RETURNING 1
-          ), moved AS (
+          WITH ${renewed('nats', lease)}, moved AS (
             UPDATE event_consumers SET batch_id = ${batchId}::bigint, position = ${position}::bigint, updated_at = now()
             WHERE name = ${consumer} AND EXISTS (SELECT 1 FROM lease)
             RETURNING 1
