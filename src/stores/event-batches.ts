@@ -186,17 +186,18 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
         // The batch is counted whole, but only its first `limit` events are composed: a batch after
         // a long pause (the relay or the database away) is fanned out page by page (fanOut).
         const row = await pool.one(sql.type(takenRow)`
-          WITH ${renewed('batches', lease)}, win AS (
-            SELECT e.position AS pos, e.event_time FROM agent_events e
+          WITH ${renewed('batches', lease)}, win AS MATERIALIZED (
+            -- Materialized: the batch's rows by the xid index, never the history walked in position order.
+            SELECT e.* FROM agent_events e
             WHERE ${after(prev.snapshot)} AND EXISTS (SELECT 1 FROM lease)
           ), recorded AS (
             INSERT INTO event_batches (id, snapshot, events, first_position, last_position, oldest_time)
-            SELECT ${prev.id}::bigint + 1, pg_current_snapshot(), count(*), min(w.pos), max(w.pos), min(w.event_time)
+            SELECT ${prev.id}::bigint + 1, pg_current_snapshot(), count(*), min(w.position), max(w.position), min(w.event_time)
             FROM win w HAVING count(*) > 0
             RETURNING id, snapshot, events
           ), batch AS (
-            SELECT e.position AS pos, e.event_id, e.network_id, ${eventColumns(source)} FROM agent_events e
-            WHERE ${after(prev.snapshot)} AND EXISTS (SELECT 1 FROM recorded)
+            SELECT e.position AS pos, e.event_id, e.network_id, ${eventColumns(source)} FROM win e
+            WHERE EXISTS (SELECT 1 FROM recorded)
             ORDER BY e.position LIMIT ${limit}
           ), whole AS (
             -- The webhooks had every earlier batch, and this one is all here: fanned out now.
@@ -222,10 +223,12 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
     fanOut: (previous, batch, afterPosition, limit, source, lease) =>
       timed('fan_out_event_batch', async () => {
         const row = await pool.one(sql.type(fannedRow)`
-          WITH ${renewed('batches', lease)}, page AS (
-            SELECT e.position AS pos, e.event_id, e.network_id, e.type, ${eventJson(source)} AS body FROM agent_events e
+          WITH ${renewed('batches', lease)}, win AS MATERIALIZED (
+            SELECT e.* FROM agent_events e
             WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
               AND e.position > ${afterPosition ?? '0'}::bigint AND EXISTS (SELECT 1 FROM lease)
+          ), page AS (
+            SELECT e.position AS pos, e.event_id, e.network_id, e.type, ${eventJson(source)} AS body FROM win e
             ORDER BY e.position LIMIT ${limit}
           ), moved AS (
             UPDATE event_consumers
@@ -265,9 +268,12 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
     read: (previous, batch, afterPosition, limit, source) =>
       timed('read_event_batch', async () =>
         pool.any(sql.type(eventRow)`
-          SELECT ${eventColumns(source)} FROM agent_events e
-          WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
-            AND e.position > ${afterPosition ?? '0'}::bigint
+          WITH win AS MATERIALIZED (
+            SELECT e.* FROM agent_events e
+            WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
+              AND e.position > ${afterPosition ?? '0'}::bigint
+          )
+          SELECT ${eventColumns(source)} FROM win e
           ORDER BY e.position LIMIT ${limit}`),
       ),
 
