@@ -2,7 +2,7 @@ import { type CommonQueryMethods, type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import { defaultEventSource } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
-import { changeEvent, completionEvent } from './event-outbox.js';
+import { completionEvent } from './event-outbox.js';
 import { changeLock, postgresCall, seconds } from './postgres.js';
 import { type Statement, statementsFor } from './statements.js';
 
@@ -170,20 +170,16 @@ export interface AgentRepository {
 }
 
 /**
- * The CTEs `change`, `outboxed` and `keyed` of a status change's statement: the change row, appended
- * from the CTE `serial` (after the change lock), its event (src/stores/event-outbox.ts), and its id
- * written to the idempotency key this request holds, fenced by the claim (no key: no row matches).
+ * The CTEs `change` and `keyed` of a status change's statement: the change row, appended from the
+ * CTE `serial` (after the change lock), which is also its event (its xid and time are the columns'
+ * defaults, docs/events-order.md), and its id written to the idempotency key this request holds,
+ * fenced by the claim (no key: no row matches).
  */
-const recordChange = (
-  enabled: boolean,
-  author: ChangeAuthor,
-  claim: ChangeConditions['keyClaim'],
-  eventSource: string,
-) => sql.fragment`change AS (
+const recordChange = (enabled: boolean, author: ChangeAuthor, claim: ChangeConditions['keyClaim']) => sql.fragment`change AS (
     INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name, request_id)
     SELECT agent_id, network_id, ${enabled}, ${author.partnerName}, ${author.requestId ?? null} FROM serial
     RETURNING change_id, agent_id, network_id, enabled, agent_seq, changed_at
-  ), ${changeEvent(eventSource)}, keyed AS (
+  ), keyed AS (
     -- An UPDATE, so it reads the key's latest version after every wait of the statement: a repeat
     -- that took the key over meanwhile (this request's lease ran out) leaves it no row, and then
     -- key_held rolls the whole statement back (migration 019).
@@ -236,7 +232,7 @@ export function createAgentRepository(
 }
 
 /** The status changes: the flag, the change row and its event, the pending disable. */
-function statusChanges({ pool, timed, statement, eventSource }: StatementParts): Pick<AgentRepository, 'enable' | 'disable'> {
+function statusChanges({ pool, timed, statement }: StatementParts): Pick<AgentRepository, 'enable' | 'disable'> {
   return {
     enable: (networkId, agentId, author, conditions = {}) =>
       timed('enable_agent', async () => {
@@ -253,7 +249,7 @@ function statusChanges({ pool, timed, statement, eventSource }: StatementParts):
             -- Through the function (migration 015), whose snapshot also shows a disable committed
             -- while this statement waited for the change lock: that disable, too, is superseded.
             SELECT public.supersede_pending_disable(serial.agent_id) AS superseded FROM serial
-          ), ${recordChange(true, author, conditions.keyClaim, eventSource)}
+          ), ${recordChange(true, author, conditions.keyClaim)}
           SELECT coalesce((SELECT superseded FROM cleared), false) AS superseded, (SELECT held FROM key_held) AS key_held FROM agent`;
         const made = (row: z.infer<typeof enableRow> | null | 'key_lost') =>
           row === 'key_lost' ? row : row ? { supersededDisable: row.superseded } : false;
@@ -304,7 +300,7 @@ function statusChanges({ pool, timed, statement, eventSource }: StatementParts):
                   trace_parent = EXCLUDED.trace_parent
               WHERE p.claim_token IS NULL OR p.next_attempt_at <= now()
             RETURNING 1
-          ), ${recordChange(false, author, conditions.keyClaim, eventSource)}
+          ), ${recordChange(false, author, conditions.keyClaim)}
           SELECT (SELECT change_id FROM change)::text AS change_id,
                  EXISTS (SELECT 1 FROM pending) AS claimed,
                  EXISTS (SELECT 1 FROM flagged) AS flagged,
