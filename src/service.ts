@@ -251,10 +251,9 @@ function createWebhooks(
     resolve: options.webhookResolve,
   });
   const settings = config.webhooks;
-  const query = options.webhookResolve
-    ? queryOfLookup(options.webhookResolve)
-    : dnsQuery({ servers: settings.dnsServers, timeoutMs: settings.dnsTimeoutMs });
-  const lookups = new NetworkLookups(query, settings.dnsLookupsPerNetwork, () => metrics.webhooks.lookupsRefused.inc());
+  const stub = options.webhookResolve;
+  const newQuery = () => (stub ? queryOfLookup(stub) : dnsQuery({ servers: settings.dnsServers, timeoutMs: settings.dnsTimeoutMs }));
+  const lookups = new NetworkLookups(newQuery, settings.dnsLookupsPerNetwork, () => metrics.webhooks.lookupsRefused.inc());
   const addresses = {
     allowHttp: settings.allowHttp,
     allowed: settings.allowedCidrs.length > 0 ? allowedRanges(settings.allowedCidrs) : undefined,

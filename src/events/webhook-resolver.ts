@@ -66,30 +66,32 @@ export function queryOfLookup(lookup: Lookup): HostQuery {
 /**
  * At most `perNetwork` lookups of one network under way at once: one more is refused at once
  * (LookupsBusy) rather than queued, so a network's names cost the others nothing and its own
- * requests a quick, clear answer.
+ * requests a quick, clear answer. Each network with lookups under way has a resolver (a c-ares
+ * channel) of its own: one network's queries that time out leave no mark on the channel another
+ * network's queries use (c-ares keeps per-server state, failures and timings, on its channel).
  */
 export class NetworkLookups {
-  private readonly underWay = new Map<string, number>();
+  private readonly underWay = new Map<string, { count: number; query: HostQuery }>();
 
   constructor(
-    private readonly query: HostQuery,
+    private readonly newQuery: () => HostQuery,
     private readonly perNetwork: number,
     private readonly onBusy: () => void = () => {},
   ) {}
 
   async resolve(host: string, networkId: string): Promise<LookupAddress[]> {
-    const count = this.underWay.get(networkId) ?? 0;
-    if (count >= this.perNetwork) {
+    const entry = this.underWay.get(networkId) ?? { count: 0, query: this.newQuery() };
+    if (entry.count >= this.perNetwork) {
       this.onBusy();
       throw new LookupsBusy();
     }
-    this.underWay.set(networkId, count + 1);
+    entry.count += 1;
+    this.underWay.set(networkId, entry);
     try {
-      return await this.query(host);
+      return await entry.query(host);
     } finally {
-      const left = (this.underWay.get(networkId) ?? 1) - 1;
-      if (left === 0) this.underWay.delete(networkId);
-      else this.underWay.set(networkId, left);
+      entry.count -= 1;
+      if (entry.count === 0) this.underWay.delete(networkId);
     }
   }
 }

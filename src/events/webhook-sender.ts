@@ -109,7 +109,7 @@ export class WebhookSender {
   private readonly shutdown = new AbortController();
   private readonly running = new Set<Promise<void>>();
   private readonly dispatchers = new Map<string, EndpointDispatcher>();
-  private readonly connector: ReturnType<typeof guardedConnector>;
+  private readonly connectorOptions: Parameters<typeof guardedConnector>[0];
   private readonly perNetworkInFlight: number;
   private timer: NodeJS.Timeout | undefined;
   private polling: Promise<void> | undefined;
@@ -123,21 +123,23 @@ export class WebhookSender {
     const { settings } = deps;
     this.perNetworkInFlight = settings.networkMaxInFlight;
     const allowed = settings.allowedCidrs.length > 0 ? allowedRanges(settings.allowedCidrs) : undefined;
-    this.connector = guardedConnector({
-      allowed,
-      allowedPorts: settings.allowedPorts,
-      connectTimeoutMs: settings.timeoutMs,
-      ...(deps.resolve
-        ? { resolve: deps.resolve }
-        : { query: dnsQuery({ servers: settings.dnsServers, timeoutMs: settings.dnsTimeoutMs }) }),
-    });
+    this.connectorOptions = { allowed, allowedPorts: settings.allowedPorts, connectTimeoutMs: settings.timeoutMs, resolve: deps.resolve };
   }
 
-  /** The endpoint's own dispatcher: its connections serve it alone. */
+  /**
+   * The endpoint's own dispatcher: its connections serve it alone, and its names are resolved on
+   * a resolver (c-ares channel) of its own, so that names of another endpoint that time out leave
+   * no mark on its lookups.
+   */
   private dispatcherOf(endpointId: string): Agent {
     let entry = this.dispatchers.get(endpointId);
     if (!entry) {
-      entry = { agent: new Agent({ connect: this.connector, keepAliveTimeout: 4_000, connections: perEndpointInFlight }), lastUsed: 0 };
+      const { dnsServers, dnsTimeoutMs } = this.deps.settings;
+      const connect = guardedConnector({
+        ...this.connectorOptions,
+        ...(this.deps.resolve ? {} : { query: dnsQuery({ servers: dnsServers, timeoutMs: dnsTimeoutMs }) }),
+      });
+      entry = { agent: new Agent({ connect, keepAliveTimeout: 4_000, connections: perEndpointInFlight }), lastUsed: 0 };
       this.dispatchers.set(endpointId, entry);
     }
     entry.lastUsed = performance.now();

@@ -6,7 +6,7 @@ import type { DeliverableEvent } from '../../src/stores/webhook-deliveries.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { waitFor } from '../support/wait.js';
-import { partnerCall, receiverSet } from '../support/webhook-receiver.js';
+import { partnerCall, receiverSet, servedAfterStart } from '../support/webhook-receiver.js';
 
 // docs/interfaces.md §14, partner webhooks, against the real service (in process), PostgreSQL and
 // receivers on 127.0.0.1, which only the test settings let the sender reach.
@@ -38,6 +38,7 @@ beforeAll(async () => {
       RATE_LIMIT_MAX: '0',
     },
   });
+  await servedAfterStart(svc.app, keyA);
 });
 
 afterEach(async () => {

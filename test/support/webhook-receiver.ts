@@ -1,6 +1,7 @@
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { FastifyInstance } from 'fastify';
+import { waitFor } from './wait.js';
 
 export interface ReceivedWebhook {
   headers: IncomingHttpHeaders;
@@ -115,3 +116,16 @@ export function partnerCall(
 }
 
 type LightResponse = Awaited<ReturnType<FastifyInstance['inject']>>;
+
+/**
+ * Waits until the partner API serves a keyed request: a start that blocked the event loop for
+ * over a second (a busy machine) leaves under-pressure's first sample without a reading, which it
+ * takes for overload, and the partner routes answer 503 until the next sample.
+ */
+export async function servedAfterStart(app: { inject: (options: object) => Promise<LightResponse> }, key: string): Promise<void> {
+  await waitFor(async () => (await partnerCall(app, 'GET', '/partner/webhook-endpoints', key)).statusCode === 200, {
+    timeoutMs: 15_000,
+    intervalMs: 100,
+    failure: 'the partner API did not serve a request after start',
+  });
+}
