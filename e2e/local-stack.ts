@@ -199,6 +199,8 @@ try {
     SPEND_MANAGEMENT_TIMEOUT_MS: '1000',
     PARTNER_KEYS_FILE: run.keysFile,
     PARTNER_KEYS_POLL_INTERVAL_MS: '500',
+    // Required under NODE_ENV=production: the key the webhook signing secrets are sealed with.
+    WEBHOOK_SECRETS_KEY: randomBytes(32).toString('base64'),
     LOG_LEVEL: 'info',
     OTEL_SDK_DISABLED: 'true',
     // The same small limit as the kind cluster (k8s-dev/values-dev.yaml): the rate-limit spec

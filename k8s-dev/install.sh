@@ -52,6 +52,14 @@ else
   rm -f "$keys_file"
 fi
 
+if k get secret "$(release_fullname)-webhook-secrets-key" >/dev/null 2>&1; then
+  echo "Secret $(release_fullname)-webhook-secrets-key exists; keeping it (the sealed signing secrets need it)"
+else
+  echo "Secret $(release_fullname)-webhook-secrets-key: a random key for the webhook signing secrets"
+  k create secret generic "$(release_fullname)-webhook-secrets-key" \
+    --from-literal=webhook-secrets-key="$(head -c 48 /dev/urandom | base64 | tr -d '\n')"
+fi
+
 echo "helm upgrade --install ${RELEASE}"
 "$helm" upgrade --install "$RELEASE" charts/partner-agent-status \
   --kube-context "$KUBE_CONTEXT" --namespace "$NAMESPACE" \

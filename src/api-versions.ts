@@ -81,7 +81,7 @@ const deprecationEntry = z.strictObject({
  * API_VERSION_DEPRECATIONS: `{"<version>": {"deprecatedAt", "sunsetAt"?, "link"}}`, checked whole
  * at start. Refused: a version the table does not have, the newest version (partners would have
  * nothing to move to), a sunset before its deprecation (RFC 9745 §4.2), a member the format does
- * not have, a link that is not an absolute http(s) URL.
+ * not have, a link that is not an absolute http(s) URL or that carries credentials.
  */
 export function parseDeprecations(text: string | undefined): Deprecations {
   const deprecations = new Map<ApiVersion, Deprecation>();
@@ -111,6 +111,10 @@ export function parseDeprecations(text: string | undefined): Deprecations {
         `${version}: ${field} ${issue.code === 'unrecognized_keys' ? `has an unknown member (${issue.keys.join(', ')})` : 'is invalid'}; an entry is {"deprecatedAt": "<RFC 3339>", "sunsetAt"?: "<RFC 3339>", "link": "<http(s) URL>"}`,
       );
     }
+    const link = new URL(parsed.data.link);
+    // Sent in a header of every answer of a deprecated version: a user name or password in it
+    // would be handed to every partner.
+    if (link.username || link.password) throw new InvalidDeprecationsError(`${version}: link must not carry credentials (user:password@)`);
     const deprecatedAt = Date.parse(parsed.data.deprecatedAt);
     const sunsetAt = parsed.data.sunsetAt === undefined ? undefined : Date.parse(parsed.data.sunsetAt);
     if (sunsetAt !== undefined && sunsetAt < deprecatedAt) {
@@ -118,7 +122,7 @@ export function parseDeprecations(text: string | undefined): Deprecations {
         `${version}: sunsetAt (${parsed.data.sunsetAt}) is before deprecatedAt (${parsed.data.deprecatedAt})`,
       );
     }
-    deprecations.set(version, { deprecatedAt, ...(sunsetAt === undefined ? {} : { sunsetAt }), link: new URL(parsed.data.link).href });
+    deprecations.set(version, { deprecatedAt, ...(sunsetAt === undefined ? {} : { sunsetAt }), link: link.href });
   }
   return deprecations;
 }

@@ -88,6 +88,20 @@ export interface WebhookSettings {
   concurrency: number;
   /** WEBHOOK_POLL_INTERVAL_MS: how often the sender looks for due deliveries. */
   pollIntervalMs: number;
+  /** WEBHOOK_ALLOWED_PORTS: ports a webhook URL may name besides 443 (any port within allowedCidrs). */
+  allowedPorts: number[];
+  /** WEBHOOK_DNS_SERVERS: the name servers webhook hosts are resolved with; empty: the system's (resolv.conf). */
+  dnsServers: string[];
+  /** WEBHOOK_DNS_TIMEOUT_MS: one query's time-out (the resolver tries twice). */
+  dnsTimeoutMs: number;
+  /** WEBHOOK_DNS_LOOKUPS_PER_NETWORK: lookups of one network's webhook hosts under way at once in a replica. */
+  dnsLookupsPerNetwork: number;
+  /** WEBHOOK_NETWORK_MAX_PENDING: deliveries of one network waiting (pending) at most; more are dropped and counted. */
+  networkMaxPending: number;
+  /** WEBHOOK_NETWORK_MAX_IN_FLIGHT: attempts of one network under way at once, across replicas. */
+  networkMaxInFlight: number;
+  /** WEBHOOK_SECRETS_KEY or WEBHOOK_SECRETS_KEY_FILE: what the signing secrets' encryption key is derived from. */
+  secretsKey: { kind: 'value'; value: string } | { kind: 'file'; path: string } | { kind: 'development' };
 }
 
 /** docs/interfaces.md §14: the outbox relay, and NATS JetStream when EVENTS_NATS_URL is set. */
@@ -326,7 +340,66 @@ function webhookSettings(env: Env): WebhookSettings {
     timeoutMs: integer(env, 'WEBHOOK_TIMEOUT_MS', 15_000, 100, 60_000),
     concurrency: integer(env, 'WEBHOOK_CONCURRENCY', 32, 1, 1_000),
     pollIntervalMs: integer(env, 'WEBHOOK_POLL_INTERVAL_MS', 1_000, 20, 60_000),
+    allowedPorts: webhookPorts(env),
+    dnsServers: webhookDnsServers(env),
+    dnsTimeoutMs: integer(env, 'WEBHOOK_DNS_TIMEOUT_MS', 1_500, 50, 10_000),
+    dnsLookupsPerNetwork: integer(env, 'WEBHOOK_DNS_LOOKUPS_PER_NETWORK', 4, 1, 1_000),
+    networkMaxPending: integer(env, 'WEBHOOK_NETWORK_MAX_PENDING', 10_000, 1, 10_000_000),
+    networkMaxInFlight: integer(env, 'WEBHOOK_NETWORK_MAX_IN_FLIGHT', 8, 1, 1_000),
+    secretsKey: webhookSecretsKey(env),
   };
+}
+
+/** The non-empty comma-separated items of a variable. */
+function commaList(env: Env, name: string): string[] {
+  return (env[name] ?? '')
+    .split(',')
+    .map((item) => item.trim())
+    .filter(Boolean);
+}
+
+function webhookPorts(env: Env): number[] {
+  const raw = commaList(env, 'WEBHOOK_ALLOWED_PORTS');
+  for (const port of raw) {
+    if (!/^\d{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65_535) {
+      throw new ConfigError(`WEBHOOK_ALLOWED_PORTS must be comma-separated ports (1 to 65535), got "${port}"`);
+    }
+  }
+  return raw.map(Number);
+}
+
+/** `address` or `address:port` (IPv6 as `[address]:port`), as node:dns setServers takes them. */
+function webhookDnsServers(env: Env): string[] {
+  const servers = commaList(env, 'WEBHOOK_DNS_SERVERS');
+  for (const server of servers) {
+    const match = /^(?:\[([0-9a-fA-F:.]+)\]|([0-9.]+))(?::(\d{1,5}))?$/.exec(server) ?? /^([0-9a-fA-F:]+)$/.exec(server);
+    if (!match || isIP(match[1] ?? match[2] ?? '') === 0) {
+      throw new ConfigError(`WEBHOOK_DNS_SERVERS must be comma-separated IP addresses (with :port, IPv6 in brackets), got "${server}"`);
+    }
+  }
+  return servers;
+}
+
+/**
+ * The secret the signing secrets are encrypted with: given as the partner keys are (a value, or a
+ * file a Kubernetes Secret is mounted at). Required in production; elsewhere a fixed development
+ * key stands in (npm run dev, tests), which the service says in its log at start.
+ */
+function webhookSecretsKey(env: Env): WebhookSettings['secretsKey'] {
+  const value = env.WEBHOOK_SECRETS_KEY?.trim();
+  const path = env.WEBHOOK_SECRETS_KEY_FILE?.trim();
+  if (value && path) throw new ConfigError('WEBHOOK_SECRETS_KEY and WEBHOOK_SECRETS_KEY_FILE are both set; set at most one');
+  if (value) {
+    if (value.length < 32) throw new ConfigError('WEBHOOK_SECRETS_KEY must be at least 32 characters');
+    return { kind: 'value', value };
+  }
+  if (path) return { kind: 'file', path };
+  if (env.NODE_ENV === 'production') {
+    throw new ConfigError(
+      'WEBHOOK_SECRETS_KEY_FILE (or WEBHOOK_SECRETS_KEY) is required in production: it encrypts the webhook signing secrets',
+    );
+  }
+  return { kind: 'development' };
 }
 
 /** CloudEvents `source` when EVENTS_SOURCE is not set. */

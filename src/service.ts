@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
@@ -9,6 +10,7 @@ import { type Config, statementClientMarginMs } from './config.js';
 import { allowedRanges, type Lookup, refusalOfUrl } from './events/address-guard.js';
 import { EventRelay } from './events/event-relay.js';
 import { createNatsPublisher } from './events/nats-publisher.js';
+import { dnsQuery, NetworkLookups, queryOfLookup } from './events/webhook-resolver.js';
 import { createWebhookSender } from './events/webhook-sender.js';
 import { buildApp } from './http/app.js';
 import { createReadiness } from './http/readiness.js';
@@ -25,6 +27,7 @@ import { createIdempotencyKeys } from './stores/idempotency-keys.js';
 import { createDatabasePool } from './stores/postgres.js';
 import { createRedisClient, type RedisClient } from './stores/redis-clients.js';
 import { startFailoverReassert } from './stores/redis-failover.js';
+import { createSecretBox, developmentSecretsKey } from './stores/secret-box.js';
 import { createSentPauses } from './stores/sent-pauses.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
 import { boundedBy, serverBounds, statementsFor } from './stores/statements.js';
@@ -175,6 +178,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     webhookSender: webhooks.sender,
     /** The webhook deliveries: enqueue() makes deliveries of events (the outbox relay; tests). */
     webhookDeliveries: webhooks.deliveries,
+    /** The webhook endpoints' upkeep: sealStoredSecrets() seals secrets stored in clear (done at start; tests). */
+    webhookEndpoints: { sealStoredSecrets: webhooks.sealStoredSecrets },
     /** The disable runs of this replica: joinable(networkId, agentId), idle(). */
     runner,
     /** The events relay: relayNow() relays what is due at once. */
@@ -247,7 +252,16 @@ function createWebhooks(
   parts: { owner: string; metrics: Metrics; logger: Logger },
 ) {
   const { owner, metrics, logger } = parts;
-  const deliveries = createWebhookDeliveryStore(pools.workerPool, metrics);
+  const box = createSecretBox(secretsKeyMaterial(config.webhooks.secretsKey, logger));
+  const deliveries = createWebhookDeliveryStore(pools.workerPool, metrics, {
+    secrets: box,
+    networkMaxPending: config.webhooks.networkMaxPending,
+    onDropped: (networkId, count) =>
+      logger.warn(
+        { networkId, count, limit: config.webhooks.networkMaxPending },
+        'webhook deliveries not made: the network has as many waiting as it may',
+      ),
+  });
   const sender = createWebhookSender({
     store: deliveries,
     settings: config.webhooks,
@@ -257,16 +271,41 @@ function createWebhooks(
     log: logger,
     resolve: options.webhookResolve,
   });
+  const settings = config.webhooks;
+  const stub = options.webhookResolve;
+  const newQuery = () => (stub ? queryOfLookup(stub) : dnsQuery({ servers: settings.dnsServers, timeoutMs: settings.dnsTimeoutMs }));
+  const lookups = new NetworkLookups(newQuery, settings.dnsLookupsPerNetwork, () => metrics.webhooks.lookupsRefused.inc());
   const addresses = {
-    allowHttp: config.webhooks.allowHttp,
-    allowed: config.webhooks.allowedCidrs.length > 0 ? allowedRanges(config.webhooks.allowedCidrs) : undefined,
-    resolve: options.webhookResolve,
+    allowHttp: settings.allowHttp,
+    allowed: settings.allowedCidrs.length > 0 ? allowedRanges(settings.allowedCidrs) : undefined,
+    allowedPorts: settings.allowedPorts,
   };
+  const endpoints = createWebhookEndpointStore(pools.requestPool, metrics, box);
+  // Secrets written before they were sealed are sealed now; until then they are read as they are.
+  const sealStoredSecrets = () => endpoints.sealStoredSecrets(box);
+  sealStoredSecrets().then(
+    (count) => count > 0 && logger.info({ count }, 'webhook signing secrets stored in clear are sealed'),
+    (error: unknown) =>
+      logger.warn({ reason: (error as Error).message }, 'webhook signing secrets in clear could not be sealed; they are read as they are'),
+  );
   const routes = {
-    endpoints: createWebhookEndpointStore(pools.requestPool, metrics),
-    refusalOfUrl: (url: string) => refusalOfUrl(url, addresses),
+    endpoints,
+    refusalOfUrl: (url: string, networkId: string) =>
+      refusalOfUrl(url, { ...addresses, resolveHost: (host) => lookups.resolve(host, networkId) }),
   };
-  return { deliveries, sender, routes };
+  return { deliveries, sender, routes, sealStoredSecrets };
+}
+
+/** What the signing secrets' key is derived from: WEBHOOK_SECRETS_KEY, the file of WEBHOOK_SECRETS_KEY_FILE, or (never in production) the development key. */
+function secretsKeyMaterial(source: Config['webhooks']['secretsKey'], logger: Logger): string {
+  if (source.kind === 'value') return source.value;
+  if (source.kind === 'file') {
+    const material = readFileSync(source.path, 'utf8').trim();
+    if (material.length < 32) throw new Error(`WEBHOOK_SECRETS_KEY_FILE ${source.path} must hold at least 32 characters`);
+    return material;
+  }
+  logger.warn('webhook signing secrets are sealed with the development key: set WEBHOOK_SECRETS_KEY_FILE outside development');
+  return developmentSecretsKey;
 }
 
 /** The service's close(timeoutMs), in the order its seam describes; closing twice closes once. */

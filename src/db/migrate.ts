@@ -24,7 +24,12 @@ const revisedFiles: Record<number, string[]> = {
 };
 
 /** Indexes built CONCURRENTLY by the migrations: an interrupted build leaves one invalid. */
-const concurrentIndexes = ['campaigns_agent_unpaused_idx', 'agents_network_idx', 'agent_status_changes_agent_seq_idx'];
+const concurrentIndexes = [
+  'campaigns_agent_unpaused_idx',
+  'agents_network_idx',
+  'agent_status_changes_agent_seq_idx',
+  'webhook_deliveries_network_pending_idx',
+];
 
 export interface MigrationOptions {
   /** The longest a migration waits for one lock before it fails and is tried again. */

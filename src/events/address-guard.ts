@@ -1,7 +1,8 @@
-import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
+import type { LookupAddress } from 'node:dns';
 import { BlockList, isIP } from 'node:net';
 import { buildConnector } from 'undici';
 import { parseCidr } from '../config.js';
+import { dnsQuery, type HostQuery, type Lookup, LookupsBusy, queryOfLookup } from './webhook-resolver.js';
 
 /**
  * The webhook sender's guard against request forgery: the service never connects to a loopback,
@@ -80,44 +81,66 @@ export function isPublicAddress(address: string, allowed?: BlockList): boolean {
   return globalV6.check(address, 'ipv6') && !forbidden.check(address, 'ipv6');
 }
 
-type LookupCallback = (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
-export type Lookup = (hostname: string, options: { all?: boolean; family?: number | string }, callback: LookupCallback) => void;
+export type { Lookup };
 
 /**
  * A `lookup` for net/tls `connect` that answers only when every address the name resolves to is
  * public: one private answer among public ones refuses the name (a rebinding name would otherwise
- * get the connection by racing it).
+ * get the connection by racing it). Names are resolved by `query` (webhook-resolver.ts: name
+ * servers asked directly, bounded in time), never by getaddrinfo on the thread pool.
  */
-function guardedLookup(allowed: BlockList | undefined, resolve: Lookup = dnsLookup as unknown as Lookup): Lookup {
+function guardedLookup(allowed: BlockList | undefined, query: HostQuery): Lookup {
   return (hostname, options, callback) => {
-    resolve(hostname, { ...options, all: true }, (error, addresses) => {
-      if (error) return callback(error, options.all ? [] : '');
-      const list = addresses as LookupAddress[];
-      const refused = list.find((entry) => !isPublicAddress(entry.address, allowed));
-      if (refused || list.length === 0) return callback(new ForbiddenAddress(refused?.address ?? hostname), options.all ? [] : '');
-      if (options.all) return callback(null, list);
-      return callback(null, list[0]!.address, list[0]!.family);
-    });
+    query(hostname).then(
+      (list) => {
+        const refused = list.find((entry) => !isPublicAddress(entry.address, allowed));
+        if (refused || list.length === 0) return callback(new ForbiddenAddress(refused?.address ?? hostname), options.all ? [] : '');
+        if (options.all) return callback(null, list);
+        return callback(null, list[0]!.address, list[0]!.family);
+      },
+      (error: NodeJS.ErrnoException) => callback(error, options.all ? [] : ''),
+    );
   };
 }
 
 export interface GuardOptions {
   allowed?: BlockList;
+  /** WEBHOOK_ALLOWED_PORTS: ports besides 443 a connection may use. */
+  allowedPorts?: readonly number[];
   connectTimeoutMs: number;
-  /** DNS resolution (tests put a stub here; production uses the system resolver). */
+  /** DNS resolution: a `lookup`-style stub (tests), or a HostQuery; default the system's name servers via dnsQuery. */
   resolve?: Lookup;
+  query?: HostQuery;
+}
+
+function queryOf(options: { resolve?: Lookup; query?: HostQuery }): HostQuery {
+  if (options.query) return options.query;
+  if (options.resolve) return queryOfLookup(options.resolve);
+  return dnsQuery({ servers: [], timeoutMs: 1_500 });
+}
+
+/** Whether a URL's port may be called: 443, a port the operator allowed, any port within WEBHOOK_ALLOWED_CIDRS. */
+function portAllowed(port: number, allowedPorts: readonly number[] | undefined, allowed: BlockList | undefined): boolean {
+  return port === 443 || (allowedPorts ?? []).includes(port) || allowed !== undefined;
 }
 
 /** An undici connector that refuses every connection to an address isPublicAddress refuses. */
 export function guardedConnector(options: GuardOptions): buildConnector.connector {
   const connect = buildConnector({
     timeout: options.connectTimeoutMs,
-    lookup: guardedLookup(options.allowed, options.resolve),
+    lookup: guardedLookup(options.allowed, queryOf(options)),
     allowH2: false,
   } as buildConnector.BuildOptions);
   return (target, callback) => {
+    const port = Number(target.port) || (target.protocol === 'https:' ? 443 : 80);
+    // http (a test setting, WEBHOOK_ALLOW_HTTP) reaches only what registration let through.
     // net.connect skips `lookup` for an IP literal: the literal is checked here.
-    if (isIP(target.hostname) !== 0 && !isPublicAddress(target.hostname, options.allowed)) {
+    const literal = isIP(target.hostname) !== 0;
+    const plainHttp = target.protocol === 'http:' && port === 80;
+    if (
+      (literal && !isPublicAddress(target.hostname, options.allowed)) ||
+      !(plainHttp || portAllowed(port, options.allowedPorts, options.allowed))
+    ) {
       callback(new ForbiddenAddress(target.hostname), null);
       return;
     }
@@ -125,11 +148,26 @@ export function guardedConnector(options: GuardOptions): buildConnector.connecto
   };
 }
 
-/** What is wrong with a URL a partner registers, or undefined when it may be registered. */
-export async function refusalOfUrl(
-  raw: string,
-  settings: { allowHttp: boolean; allowed?: BlockList; resolve?: Lookup },
-): Promise<string | undefined> {
+/**
+ * The one refusal of every URL the service will not call because of where it points: an address
+ * that is not public, named literally or resolved, and a name that does not resolve (in time) all
+ * get these very words, so that no answer tells a partner which internal names exist.
+ */
+export const unreachableUrl =
+  'url must name a host whose every address is public and resolves within a few seconds; this one is not called';
+
+export interface UrlSettings {
+  allowHttp: boolean;
+  allowed?: BlockList;
+  allowedPorts?: readonly number[];
+  /** Resolves a name (webhook-resolver.ts NetworkLookups.resolve with the network bound); throws LookupsBusy when the network has too many under way. */
+  resolveHost?: (host: string) => Promise<LookupAddress[]>;
+  /** A `lookup`-style stub, when resolveHost is not given (tests). */
+  resolve?: Lookup;
+}
+
+/** What is wrong with a URL a partner registers, or undefined when it may be registered. Throws LookupsBusy. */
+export async function refusalOfUrl(raw: string, settings: UrlSettings): Promise<string | undefined> {
   let url: URL;
   try {
     url = new URL(raw);
@@ -140,14 +178,22 @@ export async function refusalOfUrl(
   if (!schemes.includes(url.protocol)) return 'url must use https';
   if (url.username || url.password) return 'url must not carry credentials';
   if (url.hash) return 'url must not have a fragment';
+  // (http, a test setting, on its own default port too.)
+  const port = Number(url.port) || (url.protocol === 'https:' ? 443 : 80);
+  if (!(url.protocol === 'http:' && port === 80) && !portAllowed(port, settings.allowedPorts, settings.allowed)) {
+    const others = settings.allowedPorts?.length ? ` (or ${settings.allowedPorts.join(', ')})` : '';
+    return `url must use port 443${others}`;
+  }
   const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
-  if (isIP(host) !== 0) return isPublicAddress(host, settings.allowed) ? undefined : 'url names an address that is not public';
-  const resolve = guardedLookup(settings.allowed, settings.resolve);
-  return new Promise((done) => {
-    resolve(host, { all: true }, (error) => {
-      if (!error) return done(undefined);
-      if (error instanceof ForbiddenAddress) return done('url names a host that resolves to an address that is not public');
-      done('url names a host that does not resolve');
-    });
-  });
+  if (isIP(host) !== 0) return isPublicAddress(host, settings.allowed) ? undefined : unreachableUrl;
+  const resolveHost = settings.resolveHost ?? queryOf(settings);
+  let addresses: LookupAddress[];
+  try {
+    addresses = await resolveHost(host);
+  } catch (error) {
+    if (error instanceof LookupsBusy) throw error;
+    return unreachableUrl;
+  }
+  const everyPublic = addresses.length > 0 && addresses.every((entry) => isPublicAddress(entry.address, settings.allowed));
+  return everyPublic ? undefined : unreachableUrl;
 }

@@ -7,6 +7,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { AttemptOutcome } from '../observability/webhook-metrics.js';
 import type { ClaimedDelivery, WebhookDeliveryStore } from '../stores/webhook-deliveries.js';
 import { allowedRanges, ForbiddenAddress, guardedConnector, type Lookup } from './address-guard.js';
+import { dnsQuery } from './webhook-resolver.js';
 import { signedHeaders } from './webhook-signature.js';
 
 /** Deliveries of one endpoint under way at once, across replicas. */
@@ -17,8 +18,18 @@ const responseReadCap = 64 * 1024;
 const disableAfterFailingMs = 5 * 24 * 3600 * 1000;
 /** How long a finished delivery stays in the history (and can be sent again). */
 const retentionMs = 30 * 24 * 3600 * 1000;
-const pruneIntervalMs = 60_000;
-const pruneBatch = 500;
+/** How often the sender prunes and forgets expired secrets. */
+const housekeepingIntervalMs = 10_000;
+/**
+ * Each round prunes batches until one comes back short or this time is up: up to a few thousand
+ * rows a second a replica, far above what the per-network bounds let the fan-out write.
+ */
+const pruneRoundMs = 2_000;
+const pruneBatch = 1_000;
+/** How often the gauges' figures (a count of what waits) are read. */
+const statsIntervalMs = 15_000;
+/** An endpoint's dispatcher is closed after this long with no attempt. */
+const dispatcherIdleMs = 60_000;
 /** How long a nudge waits, so that slots freed together are filled by one claim. */
 const nudgeDelayMs = 5;
 /** The longest Retry-After the sender honours. */
@@ -72,56 +83,97 @@ export interface WebhookSenderDeps {
   owner: string;
   metrics: Metrics;
   log: Logger;
-  /** DNS resolution of endpoint hosts (tests put a stub here). */
+  /** DNS resolution of endpoint hosts: a stub (tests), or by default the name servers of WEBHOOK_DNS_SERVERS (or the system's). */
   resolve?: Lookup;
+}
+
+/** A dispatcher of one endpoint's own, and when it was last used. */
+interface EndpointDispatcher {
+  agent: Agent;
+  lastUsed: number;
 }
 
 /**
  * The webhook sender of docs/interfaces.md §14, one per replica: a worker like the convergence
  * worker. Every poll (with jitter) it claims due deliveries up to its free capacity, spread over
- * networks and bounded per endpoint and per network, so that one network's slow or failing endpoint
- * never holds the capacity another network's deliveries need. Each claim is a lease longer than an
- * attempt can last; the attempt's record is fenced by it; a replica that dies leaves its leases to
- * run out, and its deliveries are attempted again, with the same webhook-id, by any replica.
+ * networks and bounded per endpoint and per network (WEBHOOK_NETWORK_MAX_IN_FLIGHT), so that one
+ * network's slow or failing endpoint never holds the capacity another network's deliveries need.
+ * Each endpoint has connections of its own (never a pool per origin that every network on a shared
+ * host would queue for), as many as it may have attempts under way: an attempt never waits for a
+ * connection, so its time-out counts from the moment the request goes out. Each claim is a lease
+ * longer than an attempt can last; the attempt's record is fenced by it; a replica that dies leaves
+ * its leases to run out, and its deliveries are attempted again, with the same webhook-id, by any
+ * replica. Its state is named fields of one object (a poll loop's instance).
  */
-export function createWebhookSender(deps: WebhookSenderDeps) {
-  const { store, settings, metrics, log } = deps;
-  const { leaseMs } = deps;
-  const perNetworkInFlight = Math.max(perEndpointInFlight, Math.floor(settings.concurrency / 4));
-  const agent = new Agent({
-    connect: guardedConnector({
-      allowed: settings.allowedCidrs.length > 0 ? allowedRanges(settings.allowedCidrs) : undefined,
-      connectTimeoutMs: settings.timeoutMs,
-      resolve: deps.resolve,
-    }),
-    keepAliveTimeout: 4_000,
-    connections: perEndpointInFlight,
-  });
-  const shutdown = new AbortController();
-  const running = new Set<Promise<void>>();
-  let timer: NodeJS.Timeout | undefined;
-  let polling: Promise<void> | undefined;
-  let pollAgain = false;
-  let nudged: NodeJS.Timeout | undefined;
-  let lastPrune = Number.NEGATIVE_INFINITY;
-  let stopped = true;
+export class WebhookSender {
+  private readonly shutdown = new AbortController();
+  private readonly running = new Set<Promise<void>>();
+  private readonly dispatchers = new Map<string, EndpointDispatcher>();
+  private readonly connectorOptions: Parameters<typeof guardedConnector>[0];
+  private readonly perNetworkInFlight: number;
+  private timer: NodeJS.Timeout | undefined;
+  private polling: Promise<void> | undefined;
+  private pollAgain = false;
+  private nudged: NodeJS.Timeout | undefined;
+  private lastHousekeeping = Number.NEGATIVE_INFINITY;
+  private lastStats = Number.NEGATIVE_INFINITY;
+  private stopped = true;
 
-  async function send(claim: ClaimedDelivery): Promise<{ outcome: AttemptOutcome; statusCode: number | null; retryAfter?: number }> {
+  constructor(private readonly deps: WebhookSenderDeps) {
+    const { settings } = deps;
+    this.perNetworkInFlight = settings.networkMaxInFlight;
+    const allowed = settings.allowedCidrs.length > 0 ? allowedRanges(settings.allowedCidrs) : undefined;
+    this.connectorOptions = { allowed, allowedPorts: settings.allowedPorts, connectTimeoutMs: settings.timeoutMs, resolve: deps.resolve };
+  }
+
+  /**
+   * The endpoint's own dispatcher: its connections serve it alone, and its names are resolved on
+   * a resolver (c-ares channel) of its own, so that names of another endpoint that time out leave
+   * no mark on its lookups.
+   */
+  private dispatcherOf(endpointId: string): Agent {
+    let entry = this.dispatchers.get(endpointId);
+    if (!entry) {
+      const { dnsServers, dnsTimeoutMs } = this.deps.settings;
+      const connect = guardedConnector({
+        ...this.connectorOptions,
+        ...(this.deps.resolve ? {} : { query: dnsQuery({ servers: dnsServers, timeoutMs: dnsTimeoutMs }) }),
+      });
+      entry = { agent: new Agent({ connect, keepAliveTimeout: 4_000, connections: perEndpointInFlight }), lastUsed: 0 };
+      this.dispatchers.set(endpointId, entry);
+    }
+    entry.lastUsed = performance.now();
+    return entry.agent;
+  }
+
+  /** Closes the dispatchers of endpoints with no attempt for a while. */
+  private closeIdleDispatchers(): void {
+    const idleSince = performance.now() - dispatcherIdleMs;
+    for (const [endpointId, entry] of this.dispatchers) {
+      if (entry.lastUsed < idleSince) {
+        this.dispatchers.delete(endpointId);
+        void entry.agent.close().catch(() => {});
+      }
+    }
+  }
+
+  private async send(claim: ClaimedDelivery): Promise<{ outcome: AttemptOutcome; statusCode: number | null; retryAfter?: number }> {
+    const { timeoutMs } = this.deps.settings;
     const at = new Date();
-    const timeout = AbortSignal.timeout(settings.timeoutMs);
+    const timeout = AbortSignal.timeout(timeoutMs);
     try {
       const response = await request(claim.url, {
         method: 'POST',
-        dispatcher: agent,
+        dispatcher: this.dispatcherOf(claim.endpointId),
         headers: {
           'content-type': 'application/json',
           'user-agent': 'partner-agent-status-webhooks',
           ...signedHeaders(claim.eventId, at, claim.body, claim.secrets),
         },
         body: claim.body,
-        signal: AbortSignal.any([timeout, shutdown.signal]),
-        headersTimeout: settings.timeoutMs,
-        bodyTimeout: settings.timeoutMs,
+        signal: AbortSignal.any([timeout, this.shutdown.signal]),
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
       });
       // What the endpoint says is not read beyond a few KiB; nothing of it is kept.
       let read = 0;
@@ -133,15 +185,16 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
       const outcome: AttemptOutcome = status >= 200 && status < 300 ? 'success' : status === 410 ? 'gone' : 'http_error';
       return { outcome, statusCode: status, retryAfter: retryAfterMs(response.headers['retry-after']) };
     } catch (error) {
-      if (shutdown.signal.aborted) throw error;
+      if (this.shutdown.signal.aborted) throw error;
       return { outcome: outcomeOfError(error, timeout.aborted), statusCode: null };
     }
   }
 
-  async function attempt(claim: ClaimedDelivery): Promise<void> {
+  private async attempt(claim: ClaimedDelivery): Promise<void> {
+    const { store, settings, metrics, log } = this.deps;
     const attemptedAt = new Date();
     const started = performance.now();
-    const result = await send(claim);
+    const result = await this.send(claim);
     const durationMs = Math.round(performance.now() - started);
     metrics.webhooks.attempts.inc({ outcome: result.outcome });
     metrics.webhooks.attemptDuration.observe({ outcome: result.outcome }, durationMs / 1000);
@@ -182,57 +235,82 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
     else log.info({ ...fields, nextAttemptInMs: retryInMs ?? null }, 'webhook attempt failed');
   }
 
-  function start(claim: ClaimedDelivery): void {
-    const run = attempt(claim)
+  private begin(claim: ClaimedDelivery): void {
+    const run = this.attempt(claim)
       .catch((error: unknown) => {
-        if (shutdown.signal.aborted) return;
+        if (this.shutdown.signal.aborted) return;
         // The record did not reach the database: the lease runs out and the delivery is tried again.
-        log.warn(
+        this.deps.log.warn(
           { deliveryId: claim.id, reason: (error as Error).message, ...sqlstateFields(error) },
           'webhook attempt could not be recorded; it is tried again once its lease ends',
         );
       })
       .finally(() => {
-        running.delete(run);
+        this.running.delete(run);
         // A slot is free: more of what is due may be taken at once.
-        nudge();
+        this.nudge();
       });
-    running.add(run);
+    this.running.add(run);
   }
 
   /**
-   * Claims what is due, up to the free slots. `withStats` (the timed polls) first reads the figures
-   * of the gauges, and claims only when something is pending; a nudge (an attempt ended, events
-   * were relayed) claims at once.
+   * The sender's upkeep, off the claim path: pruning finished deliveries in batches until none is
+   * left over or the round's time is up (faster than any write rate the per-network bounds let
+   * through), forgetting previous secrets past their overlap, closing idle dispatchers.
    */
-  async function poll(withStats = true): Promise<void> {
+  private async housekeeping(): Promise<void> {
+    const { store, metrics, log } = this.deps;
+    const deadline = performance.now() + pruneRoundMs;
+    let pruned = 0;
+    for (;;) {
+      const batch = await store.prune(retentionMs, pruneBatch);
+      pruned += batch;
+      if (batch < pruneBatch || performance.now() > deadline || this.stopped) break;
+    }
+    metrics.webhooks.pruned.inc(pruned);
+    if (pruned > 0) log.info({ count: pruned }, 'finished webhook deliveries older than 30 days deleted');
+    const dropped = await store.dropExpiredSecrets();
+    if (dropped > 0) log.info({ count: dropped }, 'previous webhook signing secrets past their overlap forgotten');
+    this.closeIdleDispatchers();
+  }
+
+  /**
+   * Claims what is due, up to the free slots; the timed polls also do the upkeep and read the
+   * gauges' figures now and then (never on every poll: a count of every waiting delivery is no
+   * part of the claim's path).
+   */
+  private async poll(timed = true): Promise<void> {
+    const { store, settings, metrics, log } = this.deps;
     try {
-      if (withStats && performance.now() - lastPrune >= pruneIntervalMs) {
-        lastPrune = performance.now();
-        const pruned = await store.prune(retentionMs, pruneBatch);
-        if (pruned > 0) log.info({ count: pruned }, 'finished webhook deliveries older than 30 days deleted');
+      if (timed && performance.now() - this.lastHousekeeping >= housekeepingIntervalMs) {
+        this.lastHousekeeping = performance.now();
+        await this.housekeeping();
       }
-      if (withStats) {
+      if (timed && performance.now() - this.lastStats >= statsIntervalMs) {
+        this.lastStats = performance.now();
         const stats = await store.stats();
         metrics.webhooks.pending.set(stats.pending);
         metrics.webhooks.oldestDueAge.set(stats.oldestDueAgeSeconds);
-        if (stats.pending === 0) return;
       }
-      const free = settings.concurrency - running.size;
-      if (stopped || free <= 0) return;
-      const claims = await store.claimDue(deps.owner, leaseMs, free, { perEndpoint: perEndpointInFlight, perNetwork: perNetworkInFlight });
-      for (const claim of claims) start(claim);
+      const free = settings.concurrency - this.running.size;
+      if (this.stopped || free <= 0) return;
+      const { claims, heldBack } = await store.claimDue(this.deps.owner, this.deps.leaseMs, free, {
+        perEndpoint: perEndpointInFlight,
+        perNetwork: this.perNetworkInFlight,
+      });
+      if (heldBack > 0) metrics.webhooks.networkInFlightBound.inc();
+      for (const claim of claims) this.begin(claim);
     } catch (error) {
       log.warn({ reason: (error as Error).message, ...sqlstateFields(error) }, 'webhook sender could not poll; trying again');
     }
   }
 
-  function runPoll(withStats: boolean): void {
-    polling = poll(withStats).finally(() => {
-      polling = undefined;
-      if (pollAgain && !stopped) {
-        pollAgain = false;
-        runPoll(false);
+  private runPoll(timed: boolean): void {
+    this.polling = this.poll(timed).finally(() => {
+      this.polling = undefined;
+      if (this.pollAgain && !this.stopped) {
+        this.pollAgain = false;
+        this.runPoll(false);
       }
     });
   }
@@ -241,49 +319,52 @@ export function createWebhookSender(deps: WebhookSenderDeps) {
    * A claim soon (new deliveries, or a free slot): after a few milliseconds, so that the slots
    * freed meanwhile are filled by one claim; after the poll under way when there is one.
    */
-  function nudge(): void {
-    if (stopped || nudged) return;
-    nudged = setTimeout(() => {
-      nudged = undefined;
-      if (polling) pollAgain = true;
-      else runPoll(false);
+  readonly nudge = (): void => {
+    if (this.stopped || this.nudged) return;
+    this.nudged = setTimeout(() => {
+      this.nudged = undefined;
+      if (this.polling) this.pollAgain = true;
+      else this.runPoll(false);
     }, nudgeDelayMs);
-  }
+  };
 
-  function schedule(): void {
-    if (stopped) return;
-    timer = setTimeout(
+  private schedule(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(
       () => {
-        if (polling) pollAgain = true;
-        else runPoll(true);
-        schedule();
+        if (this.polling) this.pollAgain = true;
+        else this.runPoll(true);
+        this.schedule();
       },
-      settings.pollIntervalMs * (0.5 + Math.random()),
+      this.deps.settings.pollIntervalMs * (0.5 + Math.random()),
     );
   }
 
-  return {
-    start(): void {
-      stopped = false;
-      runPoll(true);
-      schedule();
-    },
-    nudge,
-    /**
-     * Claims nothing more; attempts under way may finish until `deadline` (performance.now()
-     * time), then are cut off, and every lease this replica still holds is given back at once.
-     */
-    async stop(deadline = performance.now()): Promise<void> {
-      stopped = true;
-      clearTimeout(timer);
-      clearTimeout(nudged);
-      await polling;
-      const late = setTimeout(() => shutdown.abort(), Math.max(0, deadline - performance.now()));
-      while (running.size > 0) await Promise.allSettled([...running]);
-      clearTimeout(late);
-      const released = await store.releaseOwned(deps.owner).catch(() => 0);
-      if (released > 0) log.info({ count: released }, 'released webhook deliveries for another replica');
-      await agent.close();
-    },
-  };
+  start(): void {
+    this.stopped = false;
+    this.runPoll(true);
+    this.schedule();
+  }
+
+  /**
+   * Claims nothing more; attempts under way may finish until `deadline` (performance.now()
+   * time), then are cut off, and every lease this replica still holds is given back at once.
+   */
+  async stop(deadline = performance.now()): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    clearTimeout(this.nudged);
+    await this.polling;
+    const late = setTimeout(() => this.shutdown.abort(), Math.max(0, deadline - performance.now()));
+    while (this.running.size > 0) await Promise.allSettled([...this.running]);
+    clearTimeout(late);
+    const released = await this.deps.store.releaseOwned(this.deps.owner).catch(() => 0);
+    if (released > 0) this.deps.log.info({ count: released }, 'released webhook deliveries for another replica');
+    await Promise.all([...this.dispatchers.values()].map((entry) => entry.agent.close().catch(() => {})));
+    this.dispatchers.clear();
+  }
+}
+
+export function createWebhookSender(deps: WebhookSenderDeps): WebhookSender {
+  return new WebhookSender(deps);
 }

@@ -35,6 +35,7 @@ export type AuditOutcome =
   | 'client_gone'
   | 'webhook_endpoint_created'
   | 'webhook_endpoint_deleted'
+  | 'webhook_endpoint_enabled'
   | 'webhook_secret_rotated'
   | 'webhook_delivery_retried';
 

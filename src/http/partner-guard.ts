@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import rateLimit from '@fastify/rate-limit';
 import { context, ROOT_CONTEXT, trace } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
@@ -9,6 +8,7 @@ import { redisFailure, timedCall } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { apiVersionHooks } from './api-version-hooks.js';
 import { partnerTexts, problem, problemDetails, sendProblem } from './problems.js';
+import type { PressureFigures, UnauthenticatedShedding } from './unauthenticated-shedding.js';
 
 export interface GuardSettings {
   keyStore: PartnerKeyStore;
@@ -23,6 +23,8 @@ export interface GuardSettings {
   keyPrefix: string;
   /** API_VERSION_DEPRECATIONS (src/api-versions.ts). */
   apiVersionDeprecations: Deprecations;
+  /** The shedding of requests without a valid key, shared with the API documents' routes. */
+  shedding: UnauthenticatedShedding;
 }
 
 /**
@@ -38,64 +40,9 @@ export interface GuardSettings {
  * The API version is resolved right after authentication (the key may pin one) and an unknown or
  * sunset one refused after the rate limit (src/api-versions.ts).
  *
- * Requests without a valid key are shed first (docs/interfaces.md §10): for 10 s after a flood of
- * them (100 a second or more) found the process busy
- * (event-loop utilisation over the last second at least OVERLOAD_UNAUTHENTICATED_UTILIZATION_PERCENT,
- * 50 % by default, or a quarter of the delay at which everything is shed), they get a 503 with
- * Retry-After and `Connection: close`, held for a second first (at most 1,024 at once): a client
- * flooding bad keys on kept-alive connections then sends about one request a second per
- * connection, and the partners' requests keep the process (`npm run bench -- --only=flood`).
- */
-/**
- * Requests without a valid key in the current and the previous second: shedding starts only under
- * a flood of them, never for the odd typo of a busy replica. Once it has started it goes on for
- * sheddingSeconds after the flood last made the process busy: held requests slow the flood down,
- * and the process is idle again, which must not end the shedding at once.
- */
-class FloodWatch {
-  private second = 0;
-  private thisSecond = 0;
-  private lastSecond = 0;
-  private sheddingUntil = 0;
-  private readonly utilization: number;
-  private readonly maxDelayMs: number;
-
-  constructor(
-    settings: Pick<GuardSettings, 'overloadUnauthenticatedUtilizationPercent' | 'overloadMaxEventLoopDelayMs'>,
-    private readonly pressure: (() => { eventLoopDelay: number; eventLoopUtilized: number }) | undefined,
-  ) {
-    this.utilization = settings.overloadUnauthenticatedUtilizationPercent / 100;
-    this.maxDelayMs = settings.overloadMaxEventLoopDelayMs / 4;
-  }
-
-  /** Counts one request without a valid key; whether it is shed. */
-  sheds(): boolean {
-    if (this.utilization >= 1) return false;
-    const now = Math.floor(performance.now() / 1_000);
-    if (now !== this.second) {
-      this.lastSecond = now === this.second + 1 ? this.thisSecond : 0;
-      this.thisSecond = 0;
-      this.second = now;
-    }
-    this.thisSecond += 1;
-    if (Math.max(this.thisSecond, this.lastSecond) >= floodPerSecond) {
-      const figures = this.pressure?.();
-      const busy = figures !== undefined && (figures.eventLoopUtilized >= this.utilization || figures.eventLoopDelay > this.maxDelayMs);
-      if (busy) this.sheddingUntil = now + sheddingSeconds;
-    }
-    return now < this.sheddingUntil;
-  }
-}
-
-/** How long a shed unauthenticated request is held before its 503, and how many are held at once. */
-const holdMs = 1_000;
-const maxHeld = 1_024;
-/** Requests without a valid key per second from which they count as a flood. */
-const floodPerSecond = 100;
-/** How long unauthenticated requests are shed after a flood of them last made the process busy. */
-const sheddingSeconds = 10;
-
-/**
+ * Requests without a valid key are shed first (docs/interfaces.md §10), by the shedding the API
+ * documents share (src/http/unauthenticated-shedding.ts; `npm run bench -- --only=flood`).
+ *
  * Guards the partner scope `app` (the plugin that holds every partner route): its hooks run on
  * each of its requests before anything of a route does, so a route added to the scope is
  * authenticated without asking for it (test/unit/partner-scope.test.ts walks the path table).
@@ -113,20 +60,8 @@ async function partnerHooks(app: FastifyInstance, settings: GuardSettings): Prom
   };
 
   // under-pressure's figures (registered in the same scope, src/http/route-table.ts).
-  const pressure = (app as FastifyInstance & { memoryUsage?: () => { eventLoopDelay: number; eventLoopUtilized: number } }).memoryUsage;
-  const flood = new FloodWatch(settings, pressure);
-  let held = 0;
-
-  async function shed(request: FastifyRequest, reply: FastifyReply) {
-    request.audit.outcome = 'unauthenticated_shed';
-    if (held < maxHeld) {
-      held += 1;
-      await sleep(holdMs);
-      held -= 1;
-    }
-    reply.header('retry-after', '1').header('connection', 'close');
-    return sendProblem(reply, problem('unavailable', problemDetails.unavailable, request.id));
-  }
+  const shedding = settings.shedding;
+  shedding.pressure = (app as FastifyInstance & { memoryUsage?: PressureFigures }).memoryUsage;
 
   async function authenticate(request: FastifyRequest, reply: FastifyReply) {
     const apiKey = request.headers['x-api-key'];
@@ -134,7 +69,7 @@ async function partnerHooks(app: FastifyInstance, settings: GuardSettings): Prom
     if (!partner) {
       const reason = typeof apiKey === 'string' && apiKey.length > 0 ? 'unknown' : 'missing';
       authFailures[reason].inc();
-      if (flood.sheds()) return shed(request, reply);
+      if (shedding.sheds()) return shedding.shed(request, reply);
       return sendProblem(
         reply,
         problem('unauthorized', reason === 'missing' ? partnerTexts.missingKey : partnerTexts.unknownKey, request.id),

@@ -15,6 +15,7 @@ export const partnerRoutes = {
   webhookEndpoints: '/webhook-endpoints',
   webhookEndpoint: '/webhook-endpoints/:endpointId',
   webhookSecretRotation: '/webhook-endpoints/:endpointId/rotate-secret',
+  webhookEndpointEnable: '/webhook-endpoints/:endpointId/enable',
   webhookDeliveries: '/webhook-endpoints/:endpointId/deliveries',
   webhookDeliveryRetry: '/webhook-endpoints/:endpointId/deliveries/:deliveryId/retry',
 } as const;

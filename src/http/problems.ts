@@ -37,6 +37,7 @@ export const problemTypes = {
   rateLimited: { status: 429, title: 'Rate limit exceeded' },
   tooManyDisables: { status: 429, title: 'Too many disables in flight' },
   idempotencyKeyQuota: { status: 429, title: 'Too many idempotency keys' },
+  webhookLookupsBusy: { status: 429, title: 'Too many webhook registrations under way' },
   dependencyFailure: { status: 500, title: 'Dependency failure' },
   internal: { status: 500, title: 'Internal error' },
   unavailable: { status: 503, title: 'Service unavailable' },
@@ -73,6 +74,7 @@ export const changesNothing: ReadonlySet<ProblemKind> = new Set<ProblemKind>([
   'rateLimited',
   'tooManyDisables',
   'idempotencyKeyQuota',
+  'webhookLookupsBusy',
   'unavailable',
 ]);
 

@@ -21,6 +21,7 @@ import { healthRoutes } from './routes/health.js';
 import { registerOpenApi } from './routes/openapi.js';
 import { referencePageRoutes } from './routes/reference-page.js';
 import { type WebhookRouteDeps, webhookEndpointRoutes } from './routes/webhook-endpoints.js';
+import { UnauthenticatedShedding } from './unauthenticated-shedding.js';
 
 export type HttpApp = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, Logger, TypeBoxTypeProvider>;
 
@@ -96,8 +97,14 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
     served.set(route.url, methods);
   });
 
-  await registerOpenApi(app, deps.apiVersionDeprecations ?? new Map());
-  await app.register(referencePageRoutes, { prefix: partnerPrefix });
+  // Requests without a key (the API documents, bad keys) share one shedding: a flood of them
+  // that makes the process busy is answered 503 (src/http/unauthenticated-shedding.ts).
+  const shedding = new UnauthenticatedShedding({
+    utilizationPercent: deps.limits.overloadUnauthenticatedUtilizationPercent,
+    overloadMaxEventLoopDelayMs: deps.limits.overloadMaxEventLoopDelayMs,
+  });
+  await registerOpenApi(app, deps.apiVersionDeprecations ?? new Map(), shedding.hook);
+  await app.register(referencePageRoutes, { prefix: partnerPrefix, shed: shedding.hook });
   await app.register(healthRoutes, { isReady: deps.isReady });
 
   // The partner API proper: shed under overload (probes, metrics and the API documents never
@@ -128,6 +135,7 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
         redis: deps.rateLimitStore.redis,
         keyPrefix: deps.rateLimitStore.keyPrefix,
         apiVersionDeprecations: deps.apiVersionDeprecations ?? new Map(),
+        shedding,
       });
       await partnerApi.register(agentStatusRoute, {
         agentStatus: deps.agentStatus,

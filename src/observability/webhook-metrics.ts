@@ -45,6 +45,26 @@ export function webhookMetrics(registry: Registry) {
       help: "How long the longest-waiting due webhook delivery has waited past its due time, 0 when none; as last read by this replica's sender.",
       registers: [registry],
     }),
+    deliveriesDropped: new Counter({
+      name: 'webhook_deliveries_dropped_total',
+      help: 'Webhook deliveries not made because their network already had WEBHOOK_NETWORK_MAX_PENDING deliveries waiting (the log names the network).',
+      registers: [registry],
+    }),
+    networkInFlightBound: new Counter({
+      name: 'webhook_network_in_flight_bound_total',
+      help: 'Claims of the sender at which some network had due deliveries held back because it had WEBHOOK_NETWORK_MAX_IN_FLIGHT attempts under way.',
+      registers: [registry],
+    }),
+    lookupsRefused: new Counter({
+      name: 'webhook_dns_lookups_refused_total',
+      help: 'Registrations refused at once (429) because their network had WEBHOOK_DNS_LOOKUPS_PER_NETWORK host lookups under way in this replica.',
+      registers: [registry],
+    }),
+    pruned: new Counter({
+      name: 'webhook_deliveries_pruned_total',
+      help: 'Finished webhook deliveries deleted after their 30 days of history.',
+      registers: [registry],
+    }),
   };
   for (const outcome of ['succeeded', 'failed']) webhooks.deliveries.inc({ outcome }, 0);
   for (const outcome of attemptOutcomes) webhooks.attempts.inc({ outcome }, 0);

@@ -2,8 +2,10 @@ import { type DatabasePool, type FragmentSqlToken, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
 import { postgresCall, seconds } from './postgres.js';
+import type { SecretBox } from './secret-box.js';
 
 const countRow = z.object({ n: z.number() });
+const enqueuedRow = z.object({ n: z.number(), dropped: z.array(z.object({ network_id: z.string(), n: z.number() })) });
 const claimRow = z.object({
   id: z.string(),
   network_id: z.string(),
@@ -16,6 +18,7 @@ const claimRow = z.object({
   attempts: z.number(),
   schedule_start: z.number(),
 });
+const claimResult = z.object({ claims: z.array(claimRow), held_back: z.number() });
 const recordRow = z.object({ recorded: z.boolean(), state: z.string().nullable(), disabled: z.string().nullable() });
 const statsRow = z.object({ pending: z.number(), oldest_due_age_seconds: z.number() });
 
@@ -72,13 +75,21 @@ export interface WebhookDeliveryStore {
   enqueue(events: readonly DeliverableEvent[]): Promise<number>;
   /**
    * Due deliveries, at most `limit`, spread over networks (each network's oldest first, one round
-   * of networks after another), at most `perEndpoint` and `perNetwork` under a lease at once.
+   * of networks after another), at most `perEndpoint` and `perNetwork` under a lease at once;
+   * `heldBack`: due deliveries left because their network had `perNetwork` under way.
    */
-  claimDue(owner: string, leaseMs: number, limit: number, bounds: { perEndpoint: number; perNetwork: number }): Promise<ClaimedDelivery[]>;
+  claimDue(
+    owner: string,
+    leaseMs: number,
+    limit: number,
+    bounds: { perEndpoint: number; perNetwork: number },
+  ): Promise<{ claims: ClaimedDelivery[]; heldBack: number }>;
   /**
    * Records an attempt and its consequences in one statement: the delivery succeeded, failed for
-   * good, or is due again; the endpoint's failing clock; a 410 or 5 failing days disable the
-   * endpoint. recorded false: the lease was lost (another replica took the delivery over).
+   * good, or is due again; the endpoint's failing clock, which a failure starts and only two
+   * successes in a row stop (a lone success among failures does not: it would keep an endpoint
+   * that almost never answers enabled for ever); a 410, or a failure 5 days after the clock
+   * started, disables the endpoint. recorded false: the lease was lost (another replica took the delivery over).
    */
   recordAttempt(
     claim: ClaimedDelivery,
@@ -88,29 +99,69 @@ export interface WebhookDeliveryStore {
   releaseOwned(owner: string): Promise<number>;
   /** Deletes up to `limit` deliveries (with their attempts) that ended more than `retentionMs` ago; how many. */
   prune(retentionMs: number, limit: number): Promise<number>;
+  /** Forgets every previous signing secret whose overlap after a rotation has ended; how many. */
+  dropExpiredSecrets(): Promise<number>;
   /** Deliveries waiting for an attempt (enabled endpoints), and how long the oldest due one has waited. */
   stats(): Promise<{ pending: number; oldestDueAgeSeconds: number }>;
 }
 
+/** WEBHOOK_NETWORK_MAX_PENDING's default: deliveries of one network waiting at most. */
+const defaultNetworkMaxPending = 10_000;
+
 /**
- * The CTE `webhook_deliveries_made` of a statement that hands events to the webhooks: one delivery
- * per event of `events` (a query with columns id, network_id, type, body) and enabled endpoint of
- * its network that takes its type; an event already delivered to an endpoint is not again. The
- * outbox's mark statement includes it, so an event becomes relayed and gets its deliveries in one
- * commit.
+ * The CTEs of a statement that hands events to the webhooks: one delivery per event of `events` (a
+ * query with columns id, network_id, type, body) and enabled endpoint of its network that takes its
+ * type, an event already delivered to an endpoint not again; and no more than a network's room
+ * below `maxPendingPerNetwork` deliveries waiting (counted up to the bound on an index, never
+ * beyond): what is over it is not made, and `webhook_deliveries_dropped` (network_id, n) says how
+ * many of each network's were not. So a flood of changes towards endpoints that never answer
+ * costs rows up to the bound, and other networks nothing. The bound holds per statement: two
+ * fan-outs at once may each fill the same room (the overshoot is one batch at most).
+ * `webhook_deliveries_made` is the insert's RETURNING.
  */
-export const deliveriesOf = (events: FragmentSqlToken) => sql.fragment`webhook_deliveries_made AS (
-    INSERT INTO webhook_deliveries (endpoint_id, network_id, event_id, event_type, body)
-    SELECT e.id, ev.network_id, ev.id, ev.type, ev.body
+export const deliveriesOf = (events: FragmentSqlToken, maxPendingPerNetwork = defaultNetworkMaxPending) => sql.fragment`
+  webhook_delivery_candidates AS (
+    SELECT e.id AS endpoint_id, ev.network_id, ev.id AS event_id, ev.type, ev.body,
+           row_number() OVER (PARTITION BY ev.network_id ORDER BY ev.id, e.id) AS n
     FROM (${events}) AS ev
     JOIN webhook_endpoints e ON e.network_id = ev.network_id AND e.enabled
       AND (e.event_types IS NULL OR ev.type = ANY (e.event_types))
+  ), webhook_network_room AS (
+    SELECT c.network_id, greatest(0, ${maxPendingPerNetwork} - (
+             SELECT count(*) FROM (
+               SELECT 1 FROM webhook_deliveries d WHERE d.network_id = c.network_id AND d.state = 'pending'
+               LIMIT ${maxPendingPerNetwork}) AS waiting)) AS room
+    FROM (SELECT DISTINCT network_id FROM webhook_delivery_candidates) AS c
+  ), webhook_deliveries_made AS (
+    INSERT INTO webhook_deliveries (endpoint_id, network_id, event_id, event_type, body)
+    SELECT c.endpoint_id, c.network_id, c.event_id, c.type, c.body
+    FROM webhook_delivery_candidates c JOIN webhook_network_room r ON r.network_id = c.network_id
+    WHERE c.n <= r.room
     ON CONFLICT (endpoint_id, event_id) DO NOTHING
     RETURNING 1
+  ), webhook_deliveries_dropped AS (
+    SELECT c.network_id, count(*)::int AS n
+    FROM webhook_delivery_candidates c JOIN webhook_network_room r ON r.network_id = c.network_id
+    WHERE c.n > r.room
+    GROUP BY c.network_id
   )`;
 
-export function createWebhookDeliveryStore(pool: DatabasePool, metrics: Metrics): WebhookDeliveryStore {
+export interface WebhookDeliveryStoreOptions {
+  /** Opens the stored (sealed) signing secrets; absent: they are used as stored. */
+  secrets?: SecretBox;
+  /** WEBHOOK_NETWORK_MAX_PENDING. */
+  networkMaxPending?: number;
+  /** A network's deliveries were not made: it has as many waiting as it may. */
+  onDropped?: (networkId: string, count: number) => void;
+}
+
+export function createWebhookDeliveryStore(
+  pool: DatabasePool,
+  metrics: Metrics,
+  options: WebhookDeliveryStoreOptions = {},
+): WebhookDeliveryStore {
   const timed = postgresCall(metrics);
+  const maxPending = options.networkMaxPending ?? defaultNetworkMaxPending;
   return {
     enqueue: (events) =>
       timed('enqueue_webhook_deliveries', async () => {
@@ -131,15 +182,20 @@ export function createWebhookDeliveryStore(pool: DatabasePool, metrics: Metrics)
           events.map((e) => e.body),
           'text',
         );
-        const row = await pool.one(sql.type(countRow)`
-          WITH ${deliveriesOf(sql.fragment`SELECT * FROM unnest(${ids}, ${networks}, ${types}, ${bodies}) AS ev(id, network_id, type, body)`)}
-          SELECT count(*)::int AS n FROM webhook_deliveries_made`);
+        const row = await pool.one(sql.type(enqueuedRow)`
+          WITH ${deliveriesOf(sql.fragment`SELECT * FROM unnest(${ids}, ${networks}, ${types}, ${bodies}) AS ev(id, network_id, type, body)`, maxPending)}
+          SELECT (SELECT count(*)::int FROM webhook_deliveries_made) AS n,
+                 coalesce((SELECT json_agg(json_build_object('network_id', network_id, 'n', n)) FROM webhook_deliveries_dropped), '[]'::json) AS dropped`);
+        for (const { network_id, n } of row.dropped) {
+          metrics.webhooks.deliveriesDropped.inc(n);
+          options.onDropped?.(network_id, n);
+        }
         return row.n;
       }),
     claimDue: (owner, leaseMs, limit, { perEndpoint, perNetwork }) =>
       timed('claim_webhook_deliveries', async () => {
-        if (limit <= 0) return [];
-        const rows = await pool.any(sql.type(claimRow)`
+        if (limit <= 0) return { claims: [], heldBack: 0 };
+        const result = await pool.one(sql.type(claimResult)`
           WITH leased AS (
             SELECT endpoint_id, network_id, count(*)::int AS n FROM webhook_deliveries
             WHERE state = 'pending' AND claim_token IS NOT NULL AND next_attempt_at > now()
@@ -164,25 +220,30 @@ export function createWebhookDeliveryStore(pool: DatabasePool, metrics: Metrics)
           ), chosen AS (
             SELECT id FROM ranked WHERE network_rank <= ${perNetwork}
             ORDER BY network_rank, next_attempt_at LIMIT ${limit}
-          )
+          ), claimed AS (
           UPDATE webhook_deliveries d
              SET claim_token = gen_random_uuid(), lease_owner = ${owner}, next_attempt_at = now() + ${seconds(leaseMs)}, updated_at = now()
             FROM chosen, webhook_endpoints e
            WHERE d.id = chosen.id AND e.id = d.endpoint_id
           RETURNING d.id, d.network_id, d.endpoint_id, d.event_id, d.body, e.url, d.claim_token, d.attempts, d.schedule_start,
-                    array_remove(ARRAY[e.secret, CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END], NULL) AS secrets`);
-        return rows.map((row) => ({
+                    array_remove(ARRAY[e.secret, CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END], NULL) AS secrets
+          )
+          SELECT coalesce((SELECT json_agg(claimed) FROM claimed), '[]'::json) AS claims,
+                 (SELECT count(*)::int FROM ranked WHERE network_rank > ${perNetwork}) AS held_back`);
+        const open = (stored: string, endpointId: string) => (options.secrets ? options.secrets.open(stored, endpointId) : stored);
+        const claims = result.claims.map((row) => ({
           id: row.id,
           networkId: row.network_id,
           endpointId: row.endpoint_id,
           eventId: row.event_id,
           body: row.body,
           url: row.url,
-          secrets: row.secrets,
+          secrets: row.secrets.map((stored) => open(stored, row.endpoint_id)),
           claimToken: row.claim_token,
           attempts: row.attempts,
           scheduleStart: row.schedule_start,
         }));
+        return { claims, heldBack: result.held_back };
       }),
     recordAttempt: (claim, attempt) =>
       timed('record_webhook_attempt', async () => {
@@ -201,11 +262,15 @@ export function createWebhookDeliveryStore(pool: DatabasePool, metrics: Metrics)
             SELECT id, attempts, ${attempt.attemptedAt.toISOString()}, ${attempt.statusCode}, ${attempt.outcome}, ${attempt.durationMs}
             FROM delivery
           ), before AS (
-            SELECT e.id, e.enabled, e.failing_since FROM webhook_endpoints e
+            SELECT e.id, e.enabled, e.failing_since, e.success_streak FROM webhook_endpoints e
             WHERE e.id = (SELECT endpoint_id FROM delivery) FOR UPDATE
           ), endpoint AS (
             UPDATE webhook_endpoints e
-               SET failing_since = CASE WHEN ${success} THEN NULL ELSE coalesce(e.failing_since, now()) END,
+               SET failing_since = CASE
+                     WHEN NOT ${success} THEN coalesce(e.failing_since, now())
+                     WHEN e.success_streak >= 1 THEN NULL
+                     ELSE e.failing_since END,
+                   success_streak = CASE WHEN ${success} THEN e.success_streak + 1 ELSE 0 END,
                    enabled = e.enabled AND disabling.reason IS NULL,
                    disabled_reason = coalesce(disabling.reason, e.disabled_reason)
               FROM before,
@@ -244,6 +309,17 @@ export function createWebhookDeliveryStore(pool: DatabasePool, metrics: Metrics)
             RETURNING 1
           )
           SELECT count(*)::int AS n FROM pruned`);
+        return row.n;
+      }),
+    dropExpiredSecrets: () =>
+      timed('drop_expired_webhook_secrets', async () => {
+        const row = await pool.one(sql.type(countRow)`
+          WITH dropped AS (
+            UPDATE webhook_endpoints SET previous_secret = NULL, previous_secret_expires_at = NULL
+            WHERE previous_secret_expires_at <= now()
+            RETURNING 1
+          )
+          SELECT count(*)::int AS n FROM dropped`);
         return row.n;
       }),
     stats: () =>

@@ -3,6 +3,7 @@ import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
 import { postgresCall } from './postgres.js';
+import { isSealed, type SecretBox } from './secret-box.js';
 
 const endpointRow = z.object({
   id: z.string(),
@@ -31,6 +32,8 @@ const deliveryRow = z.object({
   ),
 });
 const existsRow = z.object({ found: z.boolean() });
+const countRow = z.object({ n: z.number() });
+const clearRow = z.object({ id: z.string(), secret: z.string(), previous_secret: z.string().nullable() });
 
 /** An endpoint as its network sees it (never its secret). */
 export interface WebhookEndpoint {
@@ -74,6 +77,12 @@ export interface WebhookEndpointStore {
     limit: number,
   ): Promise<WebhookEndpoint | undefined>;
   list(networkId: string): Promise<WebhookEndpoint[]>;
+  /** How many endpoints the network holds (the limit is checked before a URL is resolved). */
+  count(networkId: string): Promise<number>;
+  /** Enables the endpoint again with a fresh failing clock; undefined when it is not the network's. */
+  enable(networkId: string, endpointId: string): Promise<WebhookEndpoint | undefined>;
+  /** Seals every signing secret still stored in clear (rows written before encryption); how many. */
+  sealStoredSecrets(box: SecretBox): Promise<number>;
   /** Whether it existed in the network. Its deliveries go with it. */
   remove(networkId: string, endpointId: string): Promise<boolean>;
   /** Makes `secret` the signing secret, the current one signing beside it for `overlapMs`; whether the endpoint exists. */
@@ -81,9 +90,9 @@ export interface WebhookEndpointStore {
   /** The endpoint's latest deliveries, newest first; undefined when the endpoint is not the network's. */
   deliveries(networkId: string, endpointId: string, limit: number): Promise<WebhookDelivery[] | undefined>;
   /**
-   * Makes the delivery due at once, on a fresh retry schedule, and enables its endpoint again (a
-   * retry is how a partner says its endpoint is back). A delivery under way is left to its attempt.
-   * undefined when endpoint or delivery is not the network's.
+   * Makes the delivery due at once, on a fresh retry schedule. It neither enables a disabled
+   * endpoint (enable() does) nor touches the endpoint's failing clock. A delivery under way is left
+   * to its attempt. undefined when endpoint or delivery is not the network's.
    */
   retry(networkId: string, endpointId: string, deliveryId: string): Promise<WebhookDelivery | undefined>;
 }
@@ -122,11 +131,13 @@ const deliveryColumns = sql.fragment`d.id, d.event_id, d.event_type, d.state, d.
       'outcome', a.outcome, 'duration_ms', a.duration_ms) ORDER BY a.attempt)
     FROM webhook_delivery_attempts a WHERE a.delivery_id = d.id), '[]'::json) AS attempt_list`;
 
-export function createWebhookEndpointStore(pool: DatabasePool, metrics: Metrics): WebhookEndpointStore {
+export function createWebhookEndpointStore(pool: DatabasePool, metrics: Metrics, box?: SecretBox): WebhookEndpointStore {
   const timed = postgresCall(metrics);
+  const seal = (secret: string, endpointId: string) => (box ? box.seal(secret, endpointId) : secret);
   return {
     create: (networkId, { url, eventTypes, secret }, limit) =>
       timed('create_webhook_endpoint', async () => {
+        const id = randomUUID();
         const row = await pool.maybeOne(sql.type(endpointRow)`
           WITH slot AS (
             INSERT INTO webhook_endpoint_counts AS c (network_id, endpoints) VALUES (${networkId}, 1)
@@ -134,7 +145,7 @@ export function createWebhookEndpointStore(pool: DatabasePool, metrics: Metrics)
             RETURNING 1
           )
           INSERT INTO webhook_endpoints (id, network_id, url, event_types, secret)
-          SELECT ${randomUUID()}, ${networkId}, ${url}, ${eventTypes ? sql.array(eventTypes, 'text') : null}, ${secret} FROM slot
+          SELECT ${id}, ${networkId}, ${url}, ${eventTypes ? sql.array(eventTypes, 'text') : null}, ${seal(secret, id)} FROM slot
           RETURNING ${endpointColumns}`);
         return row ? endpointOf(row) : undefined;
       }),
@@ -161,12 +172,40 @@ export function createWebhookEndpointStore(pool: DatabasePool, metrics: Metrics)
         const row = await pool.one(sql.type(existsRow)`
           WITH rotated AS (
             UPDATE webhook_endpoints
-               SET previous_secret = secret, previous_secret_expires_at = now() + make_interval(secs => ${overlapMs / 1000}), secret = ${secret}
+               SET previous_secret = secret, previous_secret_expires_at = now() + make_interval(secs => ${overlapMs / 1000}), secret = ${seal(secret, endpointId)}
              WHERE id = ${endpointId} AND network_id = ${networkId}
             RETURNING 1
           )
           SELECT EXISTS (SELECT 1 FROM rotated) AS found`);
         return row.found;
+      }),
+    count: (networkId) =>
+      timed('count_webhook_endpoints', async () => {
+        const row = await pool.maybeOne(sql.type(countRow)`
+          SELECT endpoints AS n FROM webhook_endpoint_counts WHERE network_id = ${networkId}`);
+        return row?.n ?? 0;
+      }),
+    enable: (networkId, endpointId) =>
+      timed('enable_webhook_endpoint', async () => {
+        const row = await pool.maybeOne(sql.type(endpointRow)`
+          UPDATE webhook_endpoints SET enabled = true, disabled_reason = NULL, failing_since = NULL, success_streak = 0
+           WHERE id = ${endpointId} AND network_id = ${networkId}
+          RETURNING ${endpointColumns}`);
+        return row ? endpointOf(row) : undefined;
+      }),
+    sealStoredSecrets: (sealer) =>
+      timed('seal_webhook_secrets', async () => {
+        const rows = await pool.any(sql.type(clearRow)`
+          SELECT id, secret, previous_secret FROM webhook_endpoints
+          WHERE secret NOT LIKE 'v1:%' OR previous_secret NOT LIKE 'v1:%'`);
+        for (const row of rows) {
+          const sealed = (value: string | null) => (value === null || isSealed(value) ? value : sealer.seal(value, row.id));
+          // Only if unchanged meanwhile: a rotation under way wins.
+          await pool.query(sql.unsafe`
+            UPDATE webhook_endpoints SET secret = ${sealed(row.secret)!}, previous_secret = ${sealed(row.previous_secret)}
+            WHERE id = ${row.id} AND secret = ${row.secret} AND previous_secret IS NOT DISTINCT FROM ${row.previous_secret}`);
+        }
+        return rows.length;
       }),
     deliveries: (networkId, endpointId, limit) =>
       timed('list_webhook_deliveries', async () => {
@@ -191,9 +230,6 @@ export function createWebhookEndpointStore(pool: DatabasePool, metrics: Metrics)
                AND e.id = d.endpoint_id AND e.network_id = ${networkId}
                AND NOT (d.state = 'pending' AND d.claim_token IS NOT NULL AND d.next_attempt_at > now())
             RETURNING d.id
-          ), endpoint AS (
-            UPDATE webhook_endpoints SET enabled = true, disabled_reason = NULL, failing_since = NULL
-             WHERE id = ${endpointId} AND network_id = ${networkId} AND NOT enabled AND EXISTS (SELECT 1 FROM delivery)
           )
           SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE id = ${deliveryId} AND endpoint_id = ${endpointId} AND network_id = ${networkId}) AS found`);
         if (!row.found) return undefined;

@@ -51,6 +51,11 @@ const contractDefaults: Record<string, string> = {
   EVENTS_CREATE_STREAM: 'false',
   EVENTS_SOURCE: 'urn:partner-agent-status',
   EVENTS_RETENTION_MS: '86400000',
+  WEBHOOK_SECRETS_KEY_FILE: '/var/run/secrets/partner-agent-status/webhooks/webhook-secrets-key',
+  WEBHOOK_DNS_TIMEOUT_MS: '1500',
+  WEBHOOK_DNS_LOOKUPS_PER_NETWORK: '4',
+  WEBHOOK_NETWORK_MAX_PENDING: '10000',
+  WEBHOOK_NETWORK_MAX_IN_FLIGHT: '8',
   NODE_OPTIONS: '--max-old-space-size=256 --max-semi-space-size=16 --expose-gc',
   OTEL_METRICS_EXPORTER: 'none',
   OTEL_LOGS_EXPORTER: 'none',
@@ -66,6 +71,8 @@ const known = new Set([
   ...fileMode,
   ...secretsManagerMode,
   'EVENTS_NATS_URL',
+  'WEBHOOK_ALLOWED_PORTS',
+  'WEBHOOK_DNS_SERVERS',
   'OTEL_EXPORTER_OTLP_ENDPOINT',
   'OTEL_TRACES_SAMPLER',
   'OTEL_TRACES_SAMPLER_ARG',
@@ -218,6 +225,25 @@ describe('environment of the service (docs/interfaces.md §2)', () => {
   });
 });
 
+describe('the webhook signing secrets key', () => {
+  it('mounts the Secret as a file and points WEBHOOK_SECRETS_KEY_FILE at it; the bounds are plain values', () => {
+    const options = {
+      set: ['webhooks.secretsKey.existingSecret=hooks-key', 'webhooks.allowedPorts={8443,9443}', 'webhooks.dnsServers={10.0.0.10}'],
+    };
+    const { spec, container, configMap } = rendered(options);
+    const volume = spec.volumes?.find((v) => v.name === 'webhook-secrets-key');
+    expect(volume?.secret).toMatchObject({ secretName: 'hooks-key', items: [{ key: 'webhook-secrets-key', path: 'webhook-secrets-key' }] });
+    expect(container.volumeMounts).toContainEqual(
+      expect.objectContaining({ name: 'webhook-secrets-key', mountPath: '/var/run/secrets/partner-agent-status/webhooks', readOnly: true }),
+    );
+    expect(configMap).toMatchObject({
+      WEBHOOK_SECRETS_KEY_FILE: '/var/run/secrets/partner-agent-status/webhooks/webhook-secrets-key',
+      WEBHOOK_ALLOWED_PORTS: '8443,9443',
+      WEBHOOK_DNS_SERVERS: '10.0.0.10',
+    });
+  });
+});
+
 describe('partner keys', () => {
   const modes: Array<[string, RenderOptions]> = [
     ['the default values', {}],
@@ -297,7 +323,7 @@ describe('partner keys', () => {
   describe('read by the service from AWS Secrets Manager', () => {
     const options = { values: ['ci/secrets-manager-values.yaml'] };
 
-    it('sets PARTNER_KEYS_SECRET_ID and mounts nothing', () => {
+    it('sets PARTNER_KEYS_SECRET_ID and mounts no partner keys (only the webhook secrets key)', () => {
       const { spec, container, configMap, names } = rendered(options);
       expect(findAll(render(options), 'ExternalSecret')).toEqual([]);
       expect(configMap).toMatchObject({
@@ -306,8 +332,8 @@ describe('partner keys', () => {
         AWS_REGION: 'eu-west-1',
       });
       expect(names).not.toContain('PARTNER_KEYS_FILE');
-      expect(spec.volumes?.some((v) => v.secret)).toBe(false);
-      expect(container.volumeMounts?.map((m) => m.mountPath)).toEqual(['/tmp']);
+      expect(spec.volumes?.filter((v) => v.secret).map((v) => v.name)).toEqual(['webhook-secrets-key']);
+      expect(container.volumeMounts?.map((m) => m.mountPath)).toEqual(['/tmp', '/var/run/secrets/partner-agent-status/webhooks']);
     });
 
     it('annotates the ServiceAccount for IRSA', () => {

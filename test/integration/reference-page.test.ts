@@ -29,11 +29,15 @@ describe('the partner reference page at /partner/docs', () => {
     expect(response.headers.location).toBe('/partner/docs/');
   });
 
-  it('serves the page without a key, never cached, under a policy that allows its one inline script by hash', async () => {
+  it('serves the page without a key, cacheable for 5 minutes and revalidated by its ETag, under a policy that allows its one inline script by hash', async () => {
     const response = await svc.app.inject('/partner/docs/');
     expect(response.statusCode).toBe(200);
     expect(response.headers['content-type']).toBe('text/html; charset=utf-8');
-    expect(response.headers['cache-control']).toBe('no-store');
+    expect(response.headers['cache-control']).toBe('public, max-age=300');
+    const etag = String(response.headers.etag);
+    expect(etag).toMatch(/^"[A-Za-z0-9_-]{27}"$/);
+    const revalidated = await svc.app.inject({ method: 'GET', url: '/partner/docs/', headers: { 'if-none-match': etag } });
+    expect(revalidated.statusCode).toBe(304);
     expect(response.headers['x-request-id']).toBeTruthy();
     // Rendered from the documents the service serves, one per API version, the newest the default,
     // with the script from this origin.

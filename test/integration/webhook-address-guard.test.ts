@@ -2,7 +2,14 @@ import { once } from 'node:events';
 import { createServer, type Server } from 'node:net';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { allowedRanges, ForbiddenAddress, guardedConnector, type Lookup, refusalOfUrl } from '../../src/events/address-guard.js';
+import {
+  allowedRanges,
+  ForbiddenAddress,
+  guardedConnector,
+  type Lookup,
+  refusalOfUrl,
+  unreachableUrl,
+} from '../../src/events/address-guard.js';
 
 // A listening socket on every loopback address (IPv4 and IPv6) that counts the connections it
 // accepts: a refusal must happen before any of them reaches it.
@@ -98,11 +105,24 @@ describe('registration refuses URLs of addresses that are not public', () => {
     ['https://2130706433/'],
     ['https://localhost/hook'],
   ])('%s', async (url) => {
-    expect(await refusalOfUrl(url, settings)).toMatch(/not public/);
+    expect(await refusalOfUrl(url, settings)).toBe(unreachableUrl);
   });
 
-  it('refuses a name that resolves to loopback at registration', async () => {
-    expect(await refusalOfUrl('https://hooks.partner.example/', { ...settings, resolve: toLoopback })).toMatch(/not public/);
+  it('refuses a name that resolves to loopback, and one that does not resolve, with the very refusal of a literal address', async () => {
+    const nowhere: Lookup = (_hostname, _options, callback) => callback(Object.assign(new Error('not found'), { code: 'ENOTFOUND' }), []);
+    const literal = await refusalOfUrl('https://127.0.0.1/', settings);
+    expect(await refusalOfUrl('https://hooks.partner.example/', { ...settings, resolve: toLoopback })).toBe(literal);
+    expect(await refusalOfUrl('https://internal-billing.partner.example/', { ...settings, resolve: nowhere })).toBe(literal);
+    expect(literal).toBe(unreachableUrl);
+  });
+
+  it('takes port 443 only, unless the operator allows others', async () => {
+    for (const port of [25, 22, 6379, 8443]) {
+      expect(await refusalOfUrl(`https://8.8.8.8:${port}/`, settings), String(port)).toBe('url must use port 443');
+    }
+    expect(await refusalOfUrl('https://8.8.8.8:443/', settings)).toBeUndefined();
+    expect(await refusalOfUrl('https://8.8.8.8:8443/', { ...settings, allowedPorts: [8443] })).toBeUndefined();
+    expect(await refusalOfUrl('https://8.8.8.8:25/', { ...settings, allowedPorts: [8443] })).toBe('url must use port 443 (or 8443)');
   });
 
   it('refuses http unless WEBHOOK_ALLOW_HTTP, credentials in the URL and fragments', async () => {

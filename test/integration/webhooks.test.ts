@@ -1,12 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { unreachableUrl } from '../../src/events/address-guard.js';
 import type { DeliverableEvent } from '../../src/stores/webhook-deliveries.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { urls } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { waitFor } from '../support/wait.js';
-import { type Receiver, type ReceiverAnswer, startReceiver } from '../support/webhook-receiver.js';
+import { partnerCall, receiverSet, servedAfterStart } from '../support/webhook-receiver.js';
 
 // docs/interfaces.md §14, partner webhooks, against the real service (in process), PostgreSQL and
 // receivers on 127.0.0.1, which only the test settings let the sender reach.
@@ -18,7 +19,7 @@ let networkC: string;
 const keyA = newApiKey();
 const keyB = newApiKey();
 const keyC = newApiKey();
-const receivers: Receiver[] = [];
+const receivers = receiverSet();
 /** Gaps of the shortened schedule, in seconds. */
 const scheduleSeconds = [0.3, 0.3, 0.3];
 
@@ -38,10 +39,11 @@ beforeAll(async () => {
       RATE_LIMIT_MAX: '0',
     },
   });
+  await servedAfterStart(svc.app, keyA);
 });
 
 afterEach(async () => {
-  await Promise.all(receivers.splice(0).map((receiver) => receiver.close()));
+  await receivers.closeAll();
 });
 
 afterAll(async () => {
@@ -49,20 +51,8 @@ afterAll(async () => {
   await db.close();
 });
 
-async function receiver(options: { host?: string; answers?: ReceiverAnswer[]; otherwise?: ReceiverAnswer } = {}) {
-  const made = await startReceiver(options);
-  receivers.push(made);
-  return made;
-}
-
-function call(method: string, url: string, key: string, payload?: unknown) {
-  return svc.app.inject({
-    method: method as 'GET',
-    url,
-    headers: { 'x-api-key': key, ...(payload === undefined ? {} : { 'content-type': 'application/json' }) },
-    ...(payload === undefined ? {} : { payload: JSON.stringify(payload) }),
-  });
-}
+const receiver = receivers.start;
+const call = (method: string, url: string, key: string, payload?: unknown) => partnerCall(svc.app, method, url, key, payload);
 
 async function register(key: string, url: string, eventTypes?: string[]) {
   const response = await call('POST', urls.webhookEndpoints, key, { url, ...(eventTypes ? { eventTypes } : {}) });
@@ -245,15 +235,91 @@ describe('disabling', () => {
     expect(await endpointOf(keyA, endpoint.id)).toMatchObject({ disabledReason: 'failing' });
   });
 
-  it('a success restarts the 5-day clock', async () => {
+  it('two successes in a row stop the 5-day clock; a lone success does not', async () => {
     await clearEndpoints(keyA);
     const hook = await receiver({ otherwise: 200 });
     const endpoint = await register(keyA, hook.url);
     await db.pool.query(`UPDATE webhook_endpoints SET failing_since = now() - interval '4 days' WHERE id = $1`, [endpoint.id]);
+    const failingSince = async () =>
+      (await db.pool.query('SELECT failing_since FROM webhook_endpoints WHERE id = $1', [endpoint.id])).rows[0]
+        .failing_since as Date | null;
     await svc.service.webhookDeliveries.enqueue([completionEvent(networkA)]);
-    await until(async () => (await deliveries(keyA, endpoint.id))[0]?.state === 'succeeded', 'not delivered');
-    const { rows } = await db.pool.query('SELECT failing_since FROM webhook_endpoints WHERE id = $1', [endpoint.id]);
-    expect(rows[0].failing_since).toBeNull();
+    await until(() => hook.received.length === 1, 'not delivered');
+    await until(async () => (await deliveries(keyA, endpoint.id))[0]?.state === 'succeeded', 'not recorded');
+    expect(await failingSince()).not.toBeNull();
+    await svc.service.webhookDeliveries.enqueue([completionEvent(networkA)]);
+    await until(async () => (await failingSince()) === null, 'the second success in a row did not stop the clock');
+  });
+
+  it('an endpoint failing for 5 days is disabled even with a lone success among its failures', async () => {
+    await clearEndpoints(keyA);
+    const hook = await receiver({ answers: [200], otherwise: 500 });
+    const endpoint = await register(keyA, hook.url);
+    await db.pool.query(`UPDATE webhook_endpoints SET failing_since = now() - interval '5 days 1 minute' WHERE id = $1`, [endpoint.id]);
+    await svc.service.webhookDeliveries.enqueue([completionEvent(networkA)]);
+    await until(async () => (await deliveries(keyA, endpoint.id))[0]?.state === 'succeeded', 'the lone success not recorded');
+    expect(await endpointOf(keyA, endpoint.id)).toMatchObject({ status: 'enabled' });
+    await svc.service.webhookDeliveries.enqueue([completionEvent(networkA)]);
+    await until(async () => (await endpointOf(keyA, endpoint.id))?.status === 'disabled', 'endpoint not disabled');
+    expect(await endpointOf(keyA, endpoint.id)).toMatchObject({ disabledReason: 'failing' });
+  });
+
+  it('a manual retry never enables a disabled endpoint; the enable call does, and its pending deliveries go out', async () => {
+    await clearEndpoints(keyA);
+    const hook = await receiver({ answers: [410], otherwise: 200 });
+    const endpoint = await register(keyA, hook.url);
+    await svc.service.webhookDeliveries.enqueue([completionEvent(networkA)]);
+    await until(async () => (await endpointOf(keyA, endpoint.id))?.status === 'disabled', 'endpoint not disabled');
+    const [failed] = await deliveries(keyA, endpoint.id);
+    const retried = await call('POST', `/partner/webhook-endpoints/${endpoint.id}/deliveries/${failed!.id}/retry`, keyA);
+    expect(retried.statusCode, retried.body).toBe(202);
+    expect(await endpointOf(keyA, endpoint.id)).toMatchObject({ status: 'disabled', disabledReason: 'gone' });
+    // Nothing is sent to a disabled endpoint, the retried delivery included.
+    await svc.service.webhookSender.nudge();
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(hook.received).toHaveLength(1);
+
+    const enabled = await call('POST', `/partner/webhook-endpoints/${endpoint.id}/enable`, keyA);
+    expect(enabled.statusCode, enabled.body).toBe(200);
+    expect(enabled.json()).toMatchObject({ id: endpoint.id, status: 'enabled' });
+    expect(enabled.json()).not.toHaveProperty('disabledReason');
+    await until(async () => (await deliveries(keyA, endpoint.id))[0]?.state === 'succeeded', 'the retried delivery did not go out');
+    const other = await call('POST', `/partner/webhook-endpoints/${endpoint.id}/enable`, keyB);
+    expect(other.statusCode).toBe(404);
+  });
+});
+
+describe('secrets at rest', () => {
+  it('stores signing secrets sealed, reads a secret stored in clear, and seals it', async () => {
+    await clearEndpoints(keyA);
+    const hook = await receiver();
+    const endpoint = await register(keyA, hook.url);
+    const stored = async () =>
+      (await db.pool.query('SELECT secret FROM webhook_endpoints WHERE id = $1', [endpoint.id])).rows[0].secret as string;
+    expect(await stored()).toMatch(/^v1:/);
+    expect(await stored()).not.toContain(endpoint.secret.slice(6));
+    // A row written before secrets were sealed.
+    await db.pool.query('UPDATE webhook_endpoints SET secret = $2 WHERE id = $1', [endpoint.id, endpoint.secret]);
+    const event = completionEvent(networkA);
+    await svc.service.webhookDeliveries.enqueue([event]);
+    const [got] = await until(() => hook.received.length === 1 && hook.received, 'no delivery arrived');
+    expect(new Webhook(endpoint.secret).verify(got!.body, got!.headers as Record<string, string>)).toEqual(JSON.parse(event.body));
+    expect(await svc.service.webhookEndpoints.sealStoredSecrets()).toBe(1);
+    expect(await stored()).toMatch(/^v1:/);
+  });
+
+  it('forgets the previous secret once its overlap has ended', async () => {
+    await clearEndpoints(keyA);
+    const endpoint = await register(keyA, (await receiver()).url);
+    await call('POST', `/partner/webhook-endpoints/${endpoint.id}/rotate-secret`, keyA);
+    await db.pool.query(`UPDATE webhook_endpoints SET previous_secret_expires_at = now() - interval '1 second' WHERE id = $1`, [
+      endpoint.id,
+    ]);
+    expect(await svc.service.webhookDeliveries.dropExpiredSecrets()).toBeGreaterThanOrEqual(1);
+    const { rows } = await db.pool.query('SELECT previous_secret, previous_secret_expires_at FROM webhook_endpoints WHERE id = $1', [
+      endpoint.id,
+    ]);
+    expect(rows[0]).toEqual({ previous_secret: null, previous_secret_expires_at: null });
   });
 });
 
@@ -373,7 +439,7 @@ describe('no request forgery', () => {
     for (const url of ['http://127.0.0.2:8080/hook', 'http://[::1]:8080/', 'http://169.254.169.254/', 'http://10.1.2.3/']) {
       const response = await call('POST', urls.webhookEndpoints, keyA, { url });
       expect(response.statusCode, url).toBe(400);
-      expect(response.json().detail, url).toMatch(/not public/);
+      expect(response.json().detail, url).toBe(unreachableUrl);
     }
   });
 

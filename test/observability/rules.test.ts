@@ -37,6 +37,7 @@ describe('the alert rule file', () => {
         'PartnerAgentStatusRateLimitFailingOpen',
         'PartnerAgentStatusSpendManagementCredentialsRejected',
         'PartnerAgentStatusWebhookDeliveriesBehind',
+        'PartnerAgentStatusWebhookDeliveriesDropped',
         'PartnerAgentStatusWebhookEndpointDisabled',
       ].sort(),
     );
@@ -111,6 +112,8 @@ describe('the alert rule file', () => {
       'PartnerAgentStatusWebhookDeliveriesBehind',
       // one endpoint disabled is the event to act on; the hour of increase() keeps it firing
       'PartnerAgentStatusWebhookEndpointDisabled',
+      // any delivery not made is the event to act on; the 15 minutes of increase() keep it firing
+      'PartnerAgentStatusWebhookDeliveriesDropped',
     ]);
   });
 
@@ -126,6 +129,7 @@ describe('the alert rule file', () => {
       'requests_shed_total',
       'rate_limit_store_errors_total',
       'webhook_endpoints_disabled_total',
+      'webhook_deliveries_dropped_total',
       'webhook_deliveries_oldest_due_age_seconds',
     ]) {
       expect(read, name).toContain(name);

@@ -177,6 +177,7 @@ describe('the document is a partner reference', () => {
       '/partner/webhook-endpoints/{endpointId}',
       '/partner/webhook-endpoints/{endpointId}/deliveries',
       '/partner/webhook-endpoints/{endpointId}/deliveries/{deliveryId}/retry',
+      '/partner/webhook-endpoints/{endpointId}/enable',
       '/partner/webhook-endpoints/{endpointId}/rotate-secret',
     ]);
   });

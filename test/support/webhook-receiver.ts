@@ -1,11 +1,14 @@
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
+import type { FastifyInstance } from 'fastify';
+import { waitFor } from './wait.js';
 
 export interface ReceivedWebhook {
   headers: IncomingHttpHeaders;
   body: string;
   at: number;
   answer: ReceiverAnswer;
+  path: string;
 }
 
 /** What the receiver does with one request: answer a status (with headers), or never answer. */
@@ -15,7 +18,15 @@ export type ReceiverAnswer = number | { status: number; headers?: Record<string,
  * A partner's webhook endpoint on a loopback address: records every request and every connection,
  * and answers from a script (the next answer of `answers` for each request, then `otherwise`).
  */
-export async function startReceiver(options: { host?: string; answers?: ReceiverAnswer[]; otherwise?: ReceiverAnswer } = {}) {
+export async function startReceiver(
+  options: {
+    host?: string;
+    answers?: ReceiverAnswer[];
+    otherwise?: ReceiverAnswer;
+    /** An answer by path, before the script (one host serving many tenants' endpoints by path). */
+    byPath?: (path: string) => ReceiverAnswer | undefined;
+  } = {},
+) {
   const received: ReceivedWebhook[] = [];
   const answers = [...(options.answers ?? [])];
   const hanging = new Set<ServerResponse>();
@@ -25,8 +36,14 @@ export async function startReceiver(options: { host?: string; answers?: Receiver
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
-      const answer = answers.shift() ?? otherwise;
-      received.push({ headers: request.headers, body: Buffer.concat(chunks).toString('utf8'), at: Date.now(), answer });
+      const answer = options.byPath?.(request.url ?? '/') ?? answers.shift() ?? otherwise;
+      received.push({
+        headers: request.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+        at: Date.now(),
+        answer,
+        path: request.url ?? '/',
+      });
       if (answer === 'hang') {
         hanging.add(response);
         return;
@@ -66,3 +83,49 @@ export async function startReceiver(options: { host?: string; answers?: Receiver
 }
 
 export type Receiver = Awaited<ReturnType<typeof startReceiver>>;
+
+/** The receivers a test file starts: each test's are closed after it (closeAll in afterEach). */
+export function receiverSet() {
+  const started: Receiver[] = [];
+  return {
+    async start(options: Parameters<typeof startReceiver>[0] = {}) {
+      const made = await startReceiver(options);
+      started.push(made);
+      return made;
+    },
+    async closeAll() {
+      await Promise.all(started.splice(0).map((receiver) => receiver.close()));
+    },
+  };
+}
+
+/** A partner's JSON call, in process (app.inject), with its key. */
+export function partnerCall(
+  app: { inject: (options: object) => Promise<LightResponse> },
+  method: string,
+  url: string,
+  key: string,
+  payload?: unknown,
+) {
+  return app.inject({
+    method,
+    url,
+    headers: { 'x-api-key': key, ...(payload === undefined ? {} : { 'content-type': 'application/json' }) },
+    ...(payload === undefined ? {} : { payload: JSON.stringify(payload) }),
+  });
+}
+
+type LightResponse = Awaited<ReturnType<FastifyInstance['inject']>>;
+
+/**
+ * Waits until the partner API serves a keyed request: a start that blocked the event loop for
+ * over a second (a busy machine) leaves under-pressure's first sample without a reading, which it
+ * takes for overload, and the partner routes answer 503 until the next sample.
+ */
+export async function servedAfterStart(app: { inject: (options: object) => Promise<LightResponse> }, key: string): Promise<void> {
+  await waitFor(async () => (await partnerCall(app, 'GET', '/partner/webhook-endpoints', key)).statusCode === 200, {
+    timeoutMs: 15_000,
+    intervalMs: 100,
+    failure: 'the partner API did not serve a request after start',
+  });
+}

@@ -77,6 +77,11 @@ describe('API_VERSION_DEPRECATIONS', () => {
       /deprecatedAt is invalid/,
     ],
     ['no link', deprecating({ deprecatedAt: '2027-01-01T00:00:00Z' }), /link is invalid/],
+    [
+      'a link with credentials',
+      deprecating({ deprecatedAt: '2027-01-01T00:00:00Z', link: 'https://docs:hunter2@example.com/versions' }),
+      /link must not carry credentials/,
+    ],
     ['a link that is not http(s)', deprecating({ deprecatedAt: '2027-01-01T00:00:00Z', link: 'ftp://example.com/' }), /link is invalid/],
     [
       'a member the format does not have',

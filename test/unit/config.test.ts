@@ -165,7 +165,45 @@ describe('partner webhook settings', () => {
       timeoutMs: 15_000,
       concurrency: 32,
       pollIntervalMs: 1_000,
+      allowedPorts: [],
+      dnsServers: [],
+      dnsTimeoutMs: 1_500,
+      dnsLookupsPerNetwork: 4,
+      networkMaxPending: 10_000,
+      networkMaxInFlight: 8,
+      secretsKey: { kind: 'development' },
     });
+  });
+
+  it('reads the bounds, the ports, the name servers and the secrets key', () => {
+    const { webhooks } = loadConfig({
+      ...minimal,
+      WEBHOOK_ALLOWED_PORTS: '8443, 9443',
+      WEBHOOK_DNS_SERVERS: '127.0.0.1:5353,[::1]:53,10.0.0.2',
+      WEBHOOK_NETWORK_MAX_PENDING: '500',
+      WEBHOOK_NETWORK_MAX_IN_FLIGHT: '3',
+      WEBHOOK_SECRETS_KEY_FILE: '/var/run/secrets/webhooks/key',
+    });
+    expect(webhooks).toMatchObject({
+      allowedPorts: [8443, 9443],
+      dnsServers: ['127.0.0.1:5353', '[::1]:53', '10.0.0.2'],
+      networkMaxPending: 500,
+      networkMaxInFlight: 3,
+      secretsKey: { kind: 'file', path: '/var/run/secrets/webhooks/key' },
+    });
+  });
+
+  it('requires the secrets key in production, and refuses a short one, both forms, bad ports and bad name servers', () => {
+    expect(() => loadConfig({ ...minimal, NODE_ENV: 'production' })).toThrow(/WEBHOOK_SECRETS_KEY_FILE .* is required in production/);
+    expect(loadConfig({ ...minimal, NODE_ENV: 'production', WEBHOOK_SECRETS_KEY: 'k'.repeat(32) }).webhooks.secretsKey.kind).toBe('value');
+    expect(() => loadConfig({ ...minimal, WEBHOOK_SECRETS_KEY: 'short' })).toThrow(/at least 32 characters/);
+    expect(() => loadConfig({ ...minimal, WEBHOOK_SECRETS_KEY: 'k'.repeat(32), WEBHOOK_SECRETS_KEY_FILE: '/k' })).toThrow(/both set/);
+    for (const ports of ['0', '70000', 'https']) {
+      expect(() => loadConfig({ ...minimal, WEBHOOK_ALLOWED_PORTS: ports }), ports).toThrow(/WEBHOOK_ALLOWED_PORTS/);
+    }
+    for (const servers of ['dns.example', '127.0.0.1:', '1.2.3']) {
+      expect(() => loadConfig({ ...minimal, WEBHOOK_DNS_SERVERS: servers }), servers).toThrow(/WEBHOOK_DNS_SERVERS/);
+    }
   });
 
   it('reads a shortened schedule, http and allowed ranges (the test settings)', () => {

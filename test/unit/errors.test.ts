@@ -29,6 +29,7 @@ describe('problem details (RFC 9457)', () => {
       rateLimited: 429,
       tooManyDisables: 429,
       idempotencyKeyQuota: 429,
+      webhookLookupsBusy: 429,
       dependencyFailure: 500,
       internal: 500,
       unavailable: 503,
@@ -50,6 +51,7 @@ describe('problem details (RFC 9457)', () => {
       preconditionFailed: 'urn:partner-agent-status:problem:precondition-failed',
       idempotencyKeyReused: 'urn:partner-agent-status:problem:idempotency-key-reused',
       webhookEndpointLimit: 'urn:partner-agent-status:problem:webhook-endpoint-limit',
+      webhookLookupsBusy: 'urn:partner-agent-status:problem:webhook-lookups-busy',
     });
   });
 

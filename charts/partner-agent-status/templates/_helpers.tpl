@@ -88,6 +88,19 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding the key the webhook signing secrets are sealed with. */}}
+{{- define "pas.webhookSecretsKeySecretName" -}}
+{{- if .Values.webhooks.secretsKey.existingSecret }}
+{{- .Values.webhooks.secretsKey.existingSecret }}
+{{- else }}
+{{- include "pas.suffixedName" (list . "webhook-secrets-key") }}
+{{- end }}
+{{- end }}
+
+{{- define "pas.webhookSecretsKeyFile" -}}
+{{- printf "%s/webhook-secrets-key" (trimSuffix "/" .Values.webhooks.secretsKey.mountPath) }}
+{{- end }}
+
 {{- define "pas.partnerKeysFile" -}}
 {{- printf "%s/partner-keys.json" (trimSuffix "/" .Values.partnerKeys.mountPath) }}
 {{- end }}
@@ -278,6 +291,19 @@ EVENTS_SUBJECT_PREFIX: {{ .subjectPrefix | quote }}
 EVENTS_CREATE_STREAM: {{ .createStream | toString | quote }}
 EVENTS_SOURCE: {{ .source | quote }}
 EVENTS_RETENTION_MS: {{ .retentionMs | int64 | toString | quote }}
+{{- end }}
+{{- with .Values.webhooks }}
+WEBHOOK_SECRETS_KEY_FILE: {{ include "pas.webhookSecretsKeyFile" $ | quote }}
+{{- if .allowedPorts }}
+WEBHOOK_ALLOWED_PORTS: {{ join "," .allowedPorts | quote }}
+{{- end }}
+{{- if .dnsServers }}
+WEBHOOK_DNS_SERVERS: {{ join "," .dnsServers | quote }}
+{{- end }}
+WEBHOOK_DNS_TIMEOUT_MS: {{ .dnsTimeoutMs | int64 | toString | quote }}
+WEBHOOK_DNS_LOOKUPS_PER_NETWORK: {{ .dnsLookupsPerNetwork | int64 | toString | quote }}
+WEBHOOK_NETWORK_MAX_PENDING: {{ .networkMaxPending | int64 | toString | quote }}
+WEBHOOK_NETWORK_MAX_IN_FLIGHT: {{ .networkMaxInFlight | int64 | toString | quote }}
 {{- end }}
 {{- with .Values.nodeOptions }}
 NODE_OPTIONS: {{ . | quote }}

@@ -1,10 +1,28 @@
+import { createHash } from 'node:crypto';
+import { gzipSync } from 'node:zlib';
 import swagger, { type FastifyDynamicSwaggerOptions } from '@fastify/swagger';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, onRequestAsyncHookHandler } from 'fastify';
 import { type ApiVersion, apiVersionNames, type Deprecations, isApiVersion, newestApiVersion } from '../../api-versions.js';
 import { documentOfVersion } from '../api-version-documents.js';
 import { documentedPath, partnerPath, partnerPrefix, partnerRoutes } from '../paths.js';
-import { problem, sendProblem } from '../problems.js';
+import { problem, problemDetails, sendProblem } from '../problems.js';
 import { problemResponse } from './problem-schema.js';
+
+/** A document as sent (its bytes, and gzipped), and its ETag. */
+interface SerialisedDocument {
+  body: Buffer;
+  gzipped: Buffer;
+  etag: string;
+}
+
+/** Whether If-None-Match names `etag` (a list, weak forms and `*` included; RFC 9110 §13.1.2). */
+export function etagMatches(header: string | undefined, etag: string): boolean {
+  if (!header) return false;
+  return header.split(',').some((tag) => {
+    const trimmed = tag.trim();
+    return trimmed === '*' || trimmed === etag || trimmed === `W/${etag}`;
+  });
+}
 
 /** An OpenAPI Example Object. */
 export interface OpenApiExample {
@@ -104,6 +122,7 @@ export async function registerOpenApi(
   // biome-ignore lint/suspicious/noExplicitAny: the plugin takes any logger and type provider
   app: FastifyInstance<any, any, any, any, any>,
   deprecations: Deprecations = new Map(),
+  shed?: onRequestAsyncHookHandler,
 ): Promise<void> {
   await app.register(swagger, {
     openapi: {
@@ -171,11 +190,13 @@ export async function registerOpenApi(
     },
   });
 
-  // One document per API version, built once (the routes do not change after start).
-  const documents = new Map<ApiVersion, unknown>();
+  // One document per API version, built and serialised once (the routes do not change after
+  // start), with its ETag: a request costs a lookup, never a serialisation.
+  const documents = new Map<ApiVersion, SerialisedDocument>();
   app.get(
     partnerPath(partnerRoutes.openApi),
     {
+      ...(shed ? { onRequest: shed } : {}),
       schema: {
         operationId: 'getOpenApiDocument',
         summary: 'This OpenAPI document',
@@ -191,8 +212,22 @@ export async function registerOpenApi(
             },
           },
         },
+        headers: {
+          type: 'object',
+          properties: {
+            'if-none-match': { type: 'string', description: 'The ETag of a copy you hold: 304 with no body when it is still current.' },
+          },
+        },
         response: {
-          200: { description: 'The OpenAPI document.', content: { 'application/json': { schema: OpenApiDocumentSchema } } },
+          200: {
+            description: 'The OpenAPI document.',
+            headers: {
+              etag: { type: 'string', description: 'The version of this document (changes when the service does).' },
+              'cache-control': { type: 'string', description: 'Cacheable for 5 minutes, then revalidated by its ETag.' },
+            },
+            content: { 'application/json': { schema: OpenApiDocumentSchema } },
+          },
+          304: { description: 'The copy whose ETag you sent in If-None-Match is current.', type: 'null' },
           400: problemResponse(400, 'The version is not one of the API versions.', {
             unknownVersion: {
               summary: 'No such API version',
@@ -200,6 +235,12 @@ export async function registerOpenApi(
               detail: unknownDocumentVersion,
             },
           }),
+          503: problemResponse(
+            503,
+            'A flood of requests without a key (this document among them) is making the service busy: repeat after Retry-After seconds.',
+            { shed: { summary: 'Shed under a flood', kind: 'unavailable', detail: problemDetails.unavailable } },
+            { 'retry-after': { type: 'string', pattern: '^[1-9][0-9]*$', description: 'Seconds to wait before repeating the request.' } },
+          ),
         },
       },
     },
@@ -211,10 +252,18 @@ export async function registerOpenApi(
       }
       let document = documents.get(asked);
       if (!document) {
-        document = documentOfVersion(app.swagger(), asked, deprecations);
+        const body = Buffer.from(JSON.stringify(documentOfVersion(app.swagger(), asked, deprecations)), 'utf8');
+        const etag = `"${createHash('sha256').update(body).digest('base64url').slice(0, 27)}"`;
+        document = { body, gzipped: gzipSync(body), etag };
         documents.set(asked, document);
       }
-      return document;
+      // Replaces the app's no-store: the document changes only with the service's version.
+      reply.header('etag', document.etag).header('cache-control', 'public, max-age=300').header('vary', 'accept-encoding');
+      if (etagMatches(request.headers['if-none-match'], document.etag)) return reply.code(304).send();
+      reply.type('application/json; charset=utf-8');
+      if (/\bgzip\b/.test(String(request.headers['accept-encoding'] ?? '')))
+        return reply.header('content-encoding', 'gzip').send(document.gzipped);
+      return reply.send(document.body);
     },
   );
 }

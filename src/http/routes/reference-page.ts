@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto';
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type onRequestAsyncHookHandler } from 'fastify';
 import { apiVersionNames, defaultApiVersion, newestApiVersion } from '../../api-versions.js';
 import { partnerPath, partnerRoutes } from '../paths.js';
+import { etagMatches } from './openapi.js';
 
 /** Where partners read the API, under the partner prefix: `GET /partner/docs` redirects to `/partner/docs/`. */
 const referencePagePath = partnerRoutes.referencePage;
@@ -57,6 +58,7 @@ interface Asset {
 
 interface ReferencePage {
   html: string;
+  htmlEtag: string;
   contentSecurityPolicy: string;
   script: Asset;
 }
@@ -106,6 +108,7 @@ async function renderReferencePage(): Promise<ReferencePage> {
     ].join('; ');
     return {
       html,
+      htmlEtag: `"${createHash('sha256').update(html).digest('base64url').slice(0, 27)}"`,
       contentSecurityPolicy,
       script: { body: scriptBody, gzipped: await promisify(gzip)(scriptBody), etag: `"${hash}"`, hashedName },
     };
@@ -120,13 +123,13 @@ async function renderReferencePage(): Promise<ReferencePage> {
  * security policy on the HTML. It needs no key and is not rate limited (authentication and the rate
  * limit are hooks of the agent routes only), and it is left out of the OpenAPI document.
  *
- * The page is rendered on its first request and kept. The HTML is never cached (the app's
- * `cache-control: no-store`). The page loads the script under a name that holds its content's hash,
+ * The page is rendered on its first request and kept. The HTML is cacheable for 5 minutes and
+ * revalidated by its ETag (304 on If-None-Match). The page loads the script under a name that holds its content's hash,
  * served `immutable` for a year; under its plain name it is cacheable for an hour and revalidated by
  * its ETag. Either way it is gzipped once, at render, and sent compressed to every client that
  * accepts gzip: a visit costs the compressed bundle once per browser, not per page view.
  */
-export async function referencePageRoutes(app: FastifyInstance): Promise<void> {
+export async function referencePageRoutes(app: FastifyInstance, options: { shed?: onRequestAsyncHookHandler }): Promise<void> {
   let rendered: Promise<ReferencePage> | undefined;
   const page = () => {
     rendered ??= renderReferencePage().catch((error: unknown) => {
@@ -135,28 +138,34 @@ export async function referencePageRoutes(app: FastifyInstance): Promise<void> {
     });
     return rendered;
   };
-  const hidden = { schema: { hide: true } };
+  const hidden = { schema: { hide: true }, ...(options.shed ? { onRequest: options.shed } : {}) };
 
   app.get(referencePagePath, hidden, async (_request, reply) => reply.redirect(`${pageUrl}/`, 301));
 
-  app.get(`${referencePagePath}/`, hidden, async (_request, reply) => {
-    const { html, contentSecurityPolicy } = await page();
-    return reply.header('content-security-policy', contentSecurityPolicy).type('text/html; charset=utf-8').send(html);
+  app.get(`${referencePagePath}/`, hidden, async (request, reply) => {
+    const { html, htmlEtag, contentSecurityPolicy } = await page();
+    reply.header('content-security-policy', contentSecurityPolicy).header('etag', htmlEtag).header('cache-control', 'public, max-age=300');
+    if (etagMatches(request.headers['if-none-match'], htmlEtag)) return reply.code(304).send();
+    return reply.type('text/html; charset=utf-8').send(html);
   });
 
-  app.get(`${referencePagePath}/js/:file`, hidden, async (request: FastifyRequest<{ Params: { file: string } }>, reply: FastifyReply) => {
-    const { script } = await page();
-    const immutable = request.params.file === script.hashedName;
-    if (!immutable && request.params.file !== 'scalar.js') return reply.callNotFound();
-    // Replaces the app's no-store: the bundle only changes with the package version.
-    reply
-      .header('cache-control', immutable ? 'public, max-age=31536000, immutable' : 'public, max-age=3600')
-      .header('etag', script.etag)
-      .header('vary', 'accept-encoding');
-    if (request.headers['if-none-match'] === script.etag) return reply.code(304).send();
-    reply.type('application/javascript; charset=utf-8');
-    if (/\bgzip\b/.test(String(request.headers['accept-encoding'] ?? '')))
-      return reply.header('content-encoding', 'gzip').send(script.gzipped);
-    return reply.send(script.body);
-  });
+  app.get<{ Params: { file: string } }>(
+    `${referencePagePath}/js/:file`,
+    hidden,
+    async (request: FastifyRequest<{ Params: { file: string } }>, reply: FastifyReply) => {
+      const { script } = await page();
+      const immutable = request.params.file === script.hashedName;
+      if (!immutable && request.params.file !== 'scalar.js') return reply.callNotFound();
+      // Replaces the app's no-store: the bundle only changes with the package version.
+      reply
+        .header('cache-control', immutable ? 'public, max-age=31536000, immutable' : 'public, max-age=3600')
+        .header('etag', script.etag)
+        .header('vary', 'accept-encoding');
+      if (etagMatches(request.headers['if-none-match'], script.etag)) return reply.code(304).send();
+      reply.type('application/javascript; charset=utf-8');
+      if (/\bgzip\b/.test(String(request.headers['accept-encoding'] ?? '')))
+        return reply.header('content-encoding', 'gzip').send(script.gzipped);
+      return reply.send(script.body);
+    },
+  );
 }

@@ -1,8 +1,9 @@
 // The documentation of the webhook endpoint routes: schemas, examples and texts. The handlers are
 // webhook-endpoints.ts.
 import { Type } from '@fastify/type-provider-typebox';
+import { unreachableUrl } from '../../events/address-guard.js';
 import { partnerTexts, problemDetails } from '../problems.js';
-import { limitResponses, rateLimitHeaders } from './agent-status.schema.js';
+import { limitResponses, rateLimitHeaders, retryAfterHeader } from './agent-status.schema.js';
 import { problemResponse } from './problem-schema.js';
 
 /** The event types an endpoint may subscribe to (docs/interfaces.md §14). */
@@ -15,6 +16,8 @@ export const webhookTexts = {
   endpointNotFound: 'No webhook endpoint with this id exists in your network.',
   deliveryNotFound: 'No delivery with this id exists for this webhook endpoint of your network.',
   tooManyEndpoints: `Your network already has ${maxEndpointsPerNetwork} webhook endpoints. Delete one before registering another.`,
+  lookupsBusy:
+    'Your network already has several webhook registrations waiting for their host names to resolve. Repeat the request after the number of seconds in Retry-After.',
 } as const;
 
 const exampleEndpointId = '0f8e2c7a-5d1b-4e3f-9a6c-2b7d8e9f0a1b';
@@ -33,7 +36,7 @@ const endpointFields = {
   eventTypes: Type.Array(EventType, { description: 'The event types delivered to this endpoint.' }),
   status: Type.Union([Type.Literal('enabled'), Type.Literal('disabled')], {
     description:
-      'Whether deliveries are sent. The service disables an endpoint that answers 410, or whose every attempt failed for 5 days; retrying one of its deliveries enables it again.',
+      'Whether deliveries are sent. The service disables an endpoint that answers 410, or that has kept failing for 5 days (only two successes in a row stop that clock); `POST /partner/webhook-endpoints/{endpointId}/enable` enables it again. Retrying a delivery does not.',
   }),
   disabledReason: Type.Optional(
     Type.Union([Type.Literal('gone'), Type.Literal('failing')], {
@@ -139,8 +142,8 @@ export const createEndpointSchema = {
   summary: 'Register a webhook endpoint',
   description:
     'Registers an HTTPS URL to receive the events of your network, signed per Standard Webhooks 1.0 with the secret in the answer (shown only here). ' +
-    'A URL naming an address that is not public (loopback, private, link-local, shared, reserved), literally or through DNS, is refused. ' +
-    `At most ${maxEndpointsPerNetwork} endpoints a network.`,
+    'The URL must be `https` on port 443 (unless the operator allows other ports). A URL the service will not call gets one and the same 400 whatever the reason: it names an address that is not public (loopback, private, link-local, shared, reserved), literally or through DNS, or its host name does not resolve within a few seconds. ' +
+    `At most ${maxEndpointsPerNetwork} endpoints a network (checked first: a network at its limit gets the 409 whatever the URL).`,
   body: Type.Object(
     {
       url: Type.String({ minLength: 1, maxLength: 2048, description: 'An `https` URL.' }),
@@ -152,14 +155,24 @@ export const createEndpointSchema = {
   ),
   response: {
     201: withHeaders('The endpoint, with its signing secret.', CreatedEndpoint, { ...exampleEndpoint, secret: exampleSecret }),
-    400: problemResponse(400, 'The body is malformed, or the URL is not an HTTPS URL of a public address.', {
-      notPublic: { summary: 'URL of an address that is not public', kind: 'validation', detail: 'url names an address that is not public' },
+    400: problemResponse(400, 'The body is malformed, or the URL is not an HTTPS URL on an allowed port of a host the service calls.', {
+      notCalled: { summary: 'URL the service will not call', kind: 'validation', detail: unreachableUrl },
+      port: { summary: 'Port other than 443', kind: 'validation', detail: 'url must use port 443' },
     }),
     401: unauthorized,
     409: problemResponse(409, `Your network already has ${maxEndpointsPerNetwork} endpoints.`, {
       tooMany: { summary: 'Endpoint limit reached', kind: 'webhookEndpointLimit', detail: webhookTexts.tooManyEndpoints },
     }),
     ...limitResponses,
+    429: problemResponse(
+      429,
+      'Over the rate limit, or too many registrations of your network are waiting for their host names to resolve. Wait for Retry-After seconds.',
+      {
+        rateLimited: { summary: 'Rate limit exceeded', kind: 'rateLimited', detail: problemDetails.rateLimited },
+        lookupsBusy: { summary: 'Registrations waiting for name resolution', kind: 'webhookLookupsBusy', detail: webhookTexts.lookupsBusy },
+      },
+      { ...retryAfterHeader, ...rateLimitHeaders },
+    ),
     500: databaseDown,
   },
 };
@@ -222,6 +235,23 @@ export const rotateSecretSchema = {
   },
 };
 
+export const enableEndpointSchema = {
+  ...common,
+  operationId: 'enableWebhookEndpoint',
+  summary: 'Enable a webhook endpoint again',
+  description:
+    'Enables an endpoint the service disabled (it answered 410, or kept failing for 5 days), with a fresh failing clock; an enabled endpoint stays as it is. Its deliveries that are still pending are then attempted; failed ones are sent again only by a retry of each. Events that happened while it was disabled got no delivery to it: the events feed has them.',
+  params: EndpointParams,
+  response: {
+    200: withHeaders('The endpoint, enabled.', WebhookEndpointView, exampleEndpoint),
+    400: malformedId,
+    401: unauthorized,
+    404: endpointNotFound,
+    ...limitResponses,
+    500: databaseDown,
+  },
+};
+
 export const listDeliveriesSchema = {
   ...common,
   operationId: 'listWebhookDeliveries',
@@ -249,7 +279,7 @@ export const retryDeliverySchema = {
   operationId: 'retryWebhookDelivery',
   summary: 'Send one delivery again',
   description:
-    'Makes the delivery due at once, with the same `webhook-id`, on a fresh retry schedule, whatever its state; a disabled endpoint is enabled again. A delivery whose attempt is under way is left to it.',
+    'Makes the delivery due at once, with the same `webhook-id`, on a fresh retry schedule, whatever its state. It does not enable a disabled endpoint (its deliveries wait until `POST /partner/webhook-endpoints/{endpointId}/enable`), nor stop its failing clock. A delivery whose attempt is under way is left to it.',
   params: Type.Object({
     endpointId: Type.String({ format: 'uuid', description: 'The endpoint.' }),
     deliveryId: Type.String({ format: 'uuid', description: 'The delivery.' }),

@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { LookupsBusy } from '../../events/webhook-resolver.js';
 import { newSigningSecret } from '../../events/webhook-signature.js';
 import type { WebhookDelivery, WebhookEndpoint, WebhookEndpointStore } from '../../stores/webhook-endpoints.js';
 import { partnerRoutes } from '../paths.js';
@@ -6,6 +7,7 @@ import { problem, sendProblem } from '../problems.js';
 import {
   createEndpointSchema,
   deleteEndpointSchema,
+  enableEndpointSchema,
   listDeliveriesSchema,
   listEndpointsSchema,
   maxEndpointsPerNetwork,
@@ -17,8 +19,12 @@ import {
 
 export interface WebhookRouteDeps {
   endpoints: WebhookEndpointStore;
-  /** What is wrong with a URL to register (scheme, an address that is not public), or undefined. */
-  refusalOfUrl: (url: string) => Promise<string | undefined>;
+  /**
+   * What is wrong with a URL to register (scheme, port, an address that is not public or a name
+   * that does not resolve: one refusal for those), or undefined. Throws LookupsBusy when the
+   * network already has as many lookups under way as it may.
+   */
+  refusalOfUrl: (url: string, networkId: string) => Promise<string | undefined>;
 }
 
 /** How long the previous secret signs beside a new one. */
@@ -48,14 +54,23 @@ export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps> 
 
   app.post(partnerRoutes.webhookEndpoints, { schema: createEndpointSchema }, async (request, reply) => {
     const { url, eventTypes } = request.body;
-    const refusal = await refusalOfUrl(url);
+    const networkId = request.partner!.networkId;
+    // The limit first: a network at its limit costs no lookup (create() checks it again, atomically).
+    if ((await endpoints.count(networkId)) >= maxEndpointsPerNetwork) {
+      return sendProblem(reply, problem('webhookEndpointLimit', webhookTexts.tooManyEndpoints, request.id));
+    }
+    let refusal: string | undefined;
+    try {
+      refusal = await refusalOfUrl(url, networkId);
+    } catch (error) {
+      if (!(error instanceof LookupsBusy)) throw error;
+      request.audit.outcome = 'limited';
+      reply.header('retry-after', '2');
+      return sendProblem(reply, problem('webhookLookupsBusy', webhookTexts.lookupsBusy, request.id));
+    }
     if (refusal) return sendProblem(reply, problem('validation', refusal, request.id));
     const secret = newSigningSecret();
-    const made = await endpoints.create(
-      request.partner!.networkId,
-      { url, eventTypes: eventTypes ?? null, secret },
-      maxEndpointsPerNetwork,
-    );
+    const made = await endpoints.create(networkId, { url, eventTypes: eventTypes ?? null, secret }, maxEndpointsPerNetwork);
     if (!made) return sendProblem(reply, problem('webhookEndpointLimit', webhookTexts.tooManyEndpoints, request.id));
     request.audit.outcome = 'webhook_endpoint_created';
     return reply.code(201).send({ ...view(made), secret });
@@ -82,6 +97,13 @@ export const webhookEndpointRoutes: FastifyPluginAsyncTypebox<WebhookRouteDeps> 
     }
     request.audit.outcome = 'webhook_secret_rotated';
     return { secret, previousSecretExpiresAt: until };
+  });
+
+  app.post(partnerRoutes.webhookEndpointEnable, { schema: enableEndpointSchema }, async (request, reply) => {
+    const enabled = await endpoints.enable(request.partner!.networkId, request.params.endpointId);
+    if (!enabled) return sendProblem(reply, endpointNotFound(request.id));
+    request.audit.outcome = 'webhook_endpoint_enabled';
+    return view(enabled);
   });
 
   app.get(partnerRoutes.webhookDeliveries, { schema: listDeliveriesSchema }, async (request, reply) => {

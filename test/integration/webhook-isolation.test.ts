@@ -1,0 +1,294 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { unreachableUrl } from '../../src/events/address-guard.js';
+import type { DeliverableEvent } from '../../src/stores/webhook-deliveries.js';
+import { newApiKey, testDatabase } from '../support/data.js';
+import { type DnsServer, startDnsServer } from '../support/dns-server.js';
+import { startTestService, type TestService } from '../support/service.js';
+import { waitFor } from '../support/wait.js';
+import { partnerCall, type Receiver, type ReceiverAnswer, receiverSet, servedAfterStart } from '../support/webhook-receiver.js';
+
+// docs/interfaces.md §14 (the 2026-11-28 additions): one network's webhooks cost another nothing.
+// Each reproduction of the review measures network B alone, then beside network A's attack, in
+// the same run, and holds B's p99 within 1.5 times its p99 alone.
+const db = testDatabase();
+let svc: TestService;
+let dns: DnsServer;
+let networkA: string;
+let networkB: string;
+const keyA = newApiKey();
+const keyB = newApiKey();
+const receivers = receiverSet();
+/** A network's deliveries waiting at most, in this file. */
+const maxPending = 300;
+/** How much slower B may be beside A than alone, at the 99th percentile. */
+const allowedRatio = 1.5;
+
+beforeAll(async () => {
+  dns = await startDnsServer();
+  [networkA, networkB] = await Promise.all([db.network(), db.network()]);
+  svc = await startTestService({
+    partners: [
+      { key: keyA, networkId: networkA, name: 'partner-a' },
+      { key: keyB, networkId: networkB, name: 'partner-b' },
+    ],
+    env: {
+      WEBHOOK_ALLOW_HTTP: 'true',
+      WEBHOOK_ALLOWED_CIDRS: '127.0.0.1/32',
+      WEBHOOK_DNS_SERVERS: dns.server,
+      WEBHOOK_DNS_TIMEOUT_MS: '500',
+      WEBHOOK_RETRY_SCHEDULE: '1,1,1,1',
+      WEBHOOK_POLL_INTERVAL_MS: '100',
+      WEBHOOK_TIMEOUT_MS: '5000',
+      WEBHOOK_NETWORK_MAX_PENDING: String(maxPending),
+      RATE_LIMIT_MAX: '0',
+      // B's requests are measured, not shed: a start-up's event-loop spike on a busy machine must not 503 them.
+      OVERLOAD_MAX_EVENT_LOOP_DELAY_MS: '60000',
+    },
+  });
+  await servedAfterStart(svc.app, keyB);
+});
+
+afterEach(async () => {
+  await receivers.closeAll();
+  await db.pool.query('DELETE FROM webhook_deliveries');
+  for (const key of [keyA, keyB]) {
+    const listed = await call('GET', '/partner/webhook-endpoints', key);
+    for (const { id } of (listed.json() as { endpoints: Array<{ id: string }> }).endpoints) {
+      await call('DELETE', `/partner/webhook-endpoints/${id}`, key);
+    }
+  }
+});
+
+afterAll(async () => {
+  await svc?.close();
+  await dns?.close();
+  await db.close();
+});
+
+const receiver = receivers.start;
+const call = (method: string, url: string, key: string, payload?: unknown) => partnerCall(svc.app, method, url, key, payload);
+
+async function register(key: string, url: string) {
+  const response = await call('POST', '/partner/webhook-endpoints', key, { url });
+  expect(response.statusCode, response.body).toBe(201);
+  return response.json() as { id: string };
+}
+
+function event(networkId: string): DeliverableEvent {
+  const id = randomUUID();
+  return { id, networkId, type: 'agent.disabled', body: JSON.stringify({ id, data: { networkId } }) };
+}
+
+/** The 99th percentile (nearest rank). */
+function p99(samples: number[]): number {
+  const sorted = [...samples].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.ceil(sorted.length * 0.99) - 1)]!;
+}
+
+/** How long `work` takes, `times` times in a row. */
+async function timings(times: number, work: () => Promise<unknown>): Promise<number[]> {
+  const samples: number[] = [];
+  for (let i = 0; i < times; i += 1) {
+    const started = performance.now();
+    await work();
+    samples.push(performance.now() - started);
+  }
+  return samples;
+}
+
+function expectUnaffected(what: string, alone: number[], beside: number[]) {
+  const [a, b] = [p99(alone), p99(beside)];
+  console.info(`${what}: B's p99 alone ${a.toFixed(1)} ms, beside A ${b.toFixed(1)} ms (${(b / a).toFixed(2)}x)`);
+  expect(b, `${what}: p99 alone ${a.toFixed(1)} ms, beside A ${b.toFixed(1)} ms`).toBeLessThanOrEqual(a * allowedRatio);
+}
+
+/** A counter's value, on the service's registry. */
+async function counter(name: string): Promise<number> {
+  return Number(/ (\d+)$/.exec(await svc.service.metrics.registry.getSingleMetricAsString(name))?.[1] ?? 0);
+}
+
+/** B's delivery lag: from its event's enqueue to its arrival at B's endpoint. */
+function deliveryLag(hook: Receiver) {
+  return async () => {
+    const before = hook.received.length;
+    expect(await svc.service.webhookDeliveries.enqueue([event(networkB)])).toBe(1);
+    svc.service.webhookSender.nudge();
+    await waitFor(() => hook.received.length > before, { timeoutMs: 20_000, intervalMs: 2, failure: "B's delivery did not arrive" });
+  };
+}
+
+/** Runs `loops` copies of `work` over and over until stopped. */
+function keepBusy(loops: number, work: (loop: number, round: number) => Promise<unknown>) {
+  let stopped = false;
+  const running = Array.from({ length: loops }, async (_, loop) => {
+    for (let round = 0; !stopped; round += 1) await work(loop, round);
+  });
+  return async () => {
+    stopped = true;
+    await Promise.all(running);
+  };
+}
+
+describe('names that never resolve', () => {
+  it("A registering names that never resolve leaves B's requests as fast as alone", async () => {
+    const agentB = await db.agent(networkB);
+    await db.campaigns(agentB, 2);
+    dns.set('hooks.partner-b.example', '8.8.4.4');
+    const bRound = async () => {
+      const samples = [
+        ...(await timings(1, () => call('GET', `/partner/agents/${agentB}/status`, keyB))),
+        ...(await timings(1, () => svc.setStatus(keyB, agentB, false))),
+        ...(await timings(1, () => svc.setStatus(keyB, agentB, true))),
+      ];
+      const started = performance.now();
+      const made = await register(keyB, 'https://hooks.partner-b.example/agent-status');
+      samples.push(performance.now() - started);
+      await call('DELETE', `/partner/webhook-endpoints/${made.id}`, keyB);
+      return samples;
+    };
+    await bRound(); // warm
+    const answers = new Map<number, number>();
+    const attack = () =>
+      keepBusy(8, async (loop, round) => {
+        const response = await call('POST', '/partner/webhook-endpoints', keyA, {
+          url: `https://n${loop}-${round}.never.partner-a.example/`,
+        });
+        answers.set(response.statusCode, (answers.get(response.statusCode) ?? 0) + 1);
+        if (response.statusCode === 400) expect(response.json().detail).toBe(unreachableUrl);
+        // Refused at once while 4 are under way: the attacker tries again a moment later.
+        if (response.statusCode === 429) await new Promise((resolve) => setTimeout(resolve, 250));
+      });
+    // Alone and beside in turns, so that the busy machine's drift weighs on both alike.
+    const alone: number[] = [];
+    const beside: number[] = [];
+    for (let turn = 0; turn < 4; turn += 1) {
+      for (let i = 0; i < 20; i += 1) alone.push(...(await bRound()));
+      const unanswered = dns.unanswered;
+      const stop = attack();
+      await waitFor(() => dns.unanswered - unanswered >= 8, { timeoutMs: 10_000, intervalMs: 10, failure: 'A resolved nothing' });
+      for (let i = 0; i < 20; i += 1) beside.push(...(await bRound()));
+      await stop();
+    }
+    expect(answers.get(201)).toBeUndefined();
+    // A had its 4 lookups under way, and more of its registrations were refused at once.
+    expect(answers.get(429)).toBeGreaterThan(0);
+    expect(await counter('webhook_dns_lookups_refused_total')).toBeGreaterThan(0);
+    expect(answers.get(400)).toBeGreaterThan(0);
+    expectUnaffected('requests beside never-resolving registrations', alone, beside);
+  });
+
+  it("A's endpoint names that stopped answering leave B's deliveries as fast as alone", async () => {
+    const hookA = await receiver();
+    const hookB = await receiver();
+    for (const i of [1, 2, 3]) dns.set(`a${i}.partner-a.example`, '127.0.0.1');
+    dns.set('b.partner-b.example', '127.0.0.1');
+    for (const i of [1, 2, 3]) await register(keyA, `http://a${i}.partner-a.example:${hookA.port}/hook`);
+    await register(keyB, `http://b.partner-b.example:${hookB.port}/hook`);
+    const lag = deliveryLag(hookB);
+    await lag();
+    const alone = await timings(150, lag);
+
+    for (const i of [1, 2, 3]) dns.forget(`a${i}.partner-a.example`);
+    const unanswered = dns.unanswered;
+    await svc.service.webhookDeliveries.enqueue(Array.from({ length: 60 }, () => event(networkA)));
+    svc.service.webhookSender.nudge();
+    await waitFor(() => dns.unanswered - unanswered >= 4, { timeoutMs: 10_000, intervalMs: 10, failure: "A's names were not looked up" });
+    const beside = await timings(150, lag);
+    expect(hookA.received).toHaveLength(0);
+    expectUnaffected('deliveries beside never-resolving endpoint names', alone, beside);
+  });
+});
+
+describe("slow endpoints on another network's host", () => {
+  it("A's hanging endpoints on B's host leave B's deliveries as fast as alone", async () => {
+    // One host routes tenants by path, as integration platforms do: A's paths never answer.
+    const shared = await receiver({ byPath: (path): ReceiverAnswer => (path.startsWith('/a/') ? 'hang' : 200) });
+    for (let i = 0; i < 6; i += 1) await register(keyA, `http://127.0.0.1:${shared.port}/a/${i}`);
+    await register(keyB, `http://127.0.0.1:${shared.port}/b`);
+    const lag = deliveryLag({
+      get received() {
+        return shared.received.filter((r) => r.path === '/b');
+      },
+    } as Receiver);
+    await lag();
+    const alone = await timings(150, lag);
+
+    await svc.service.webhookDeliveries.enqueue(Array.from({ length: 40 }, () => event(networkA)));
+    svc.service.webhookSender.nudge();
+    await waitFor(() => shared.hanging >= 6, { timeoutMs: 10_000, intervalMs: 10, failure: "A's attempts did not reach the host" });
+    const beside = await timings(150, lag);
+    // A's attempts were all still hanging: B's went out beside them, not after them.
+    expect(shared.received.filter((r) => r.path.startsWith('/a/')).length).toBe(shared.hanging);
+    expectUnaffected('deliveries on a host shared with hanging endpoints', alone, beside);
+  });
+});
+
+describe('a flood of deliveries', () => {
+  it("A's flood towards endpoints that never answer stays within its bound and leaves B's deliveries as fast as alone", async () => {
+    const hangs = await receiver({ otherwise: 'hang' });
+    const hookB = await receiver();
+    for (let i = 0; i < 3; i += 1) await register(keyA, `${hangs.url}/${i}`);
+    await register(keyB, hookB.url);
+    const lag = deliveryLag(hookB);
+    await lag();
+    const alone = await timings(150, lag);
+
+    const dropped = () => counter('webhook_deliveries_dropped_total');
+    const droppedBefore = await dropped();
+    // 3,000 changes of A, each an event for its three endpoints, as the fan-out hands them over.
+    let made = 0;
+    for (let batch = 0; batch < 30; batch += 1) {
+      made += await svc.service.webhookDeliveries.enqueue(Array.from({ length: 100 }, () => event(networkA)));
+    }
+    const beside: number[] = [];
+    for (let i = 0; i < 40; i += 1) {
+      await svc.service.webhookDeliveries.enqueue(Array.from({ length: 20 }, () => event(networkA)));
+      beside.push(...(await timings(1, lag)));
+    }
+    const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM webhook_deliveries WHERE network_id = $1 AND state = 'pending'", [
+      networkA,
+    ]);
+    expect(made).toBeLessThanOrEqual(maxPending);
+    expect(rows[0].n).toBeLessThanOrEqual(maxPending);
+    expect((await dropped()) - droppedBefore).toBeGreaterThanOrEqual(9_000 + 40 * 60 - maxPending);
+    // A's three hanging endpoints could take 12 attempts at once: its bound of 8 held the rest back.
+    expect(await counter('webhook_network_in_flight_bound_total')).toBeGreaterThan(0);
+    expectUnaffected('deliveries beside a flood of deliveries', alone, beside);
+  });
+
+  it('prunes finished deliveries far faster than the fan-out can write them', async () => {
+    const hook = await receiver();
+    const endpoint = await register(keyA, hook.url);
+    await db.pool.query(
+      `INSERT INTO webhook_deliveries (endpoint_id, network_id, event_id, event_type, body, state, updated_at)
+       SELECT $1, $2, gen_random_uuid(), 'agent.disabled', '{}', 'succeeded', now() - interval '31 days' FROM generate_series(1, 6000)`,
+      [endpoint.id, networkA],
+    );
+    let left = -1;
+    // One round of the sender's upkeep (every 10 s) deletes them all, where 500 a minute took 12 minutes.
+    await waitFor(
+      async () => {
+        left = (await db.pool.query('SELECT count(*)::int AS n FROM webhook_deliveries')).rows[0].n as number;
+        return left === 0;
+      },
+      { timeoutMs: 25_000, intervalMs: 200, failure: () => `finished deliveries left: ${left}` },
+    );
+  });
+});
+
+describe('the OpenAPI document', () => {
+  it('serves the document with an ETag and caching headers, and 304 to a client that holds it', async () => {
+    const first = await svc.app.inject({ method: 'GET', url: '/partner/openapi.json' });
+    expect(first.statusCode).toBe(200);
+    expect(first.headers['cache-control']).toBe('public, max-age=300');
+    const etag = String(first.headers.etag);
+    expect(etag).toMatch(/^"[A-Za-z0-9_-]{27}"$/);
+    const again = await svc.app.inject({ method: 'GET', url: '/partner/openapi.json', headers: { 'if-none-match': etag } });
+    expect(again.statusCode).toBe(304);
+    expect(again.body).toBe('');
+    const other = await svc.app.inject({ method: 'GET', url: '/partner/openapi.json?version=2026-11-21' });
+    expect(other.headers.etag).not.toBe(etag);
+    expect(JSON.parse(first.body)).toMatchObject({ openapi: '3.1.0' });
+  });
+});
