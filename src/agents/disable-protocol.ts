@@ -100,9 +100,10 @@ export function createDisableProtocol(deps: ProtocolDeps) {
     // An open breaker is seen before the check: a call that would not be sent is not recorded.
     async spendSlot(owner) {
       const slot = await slots.acquire(owner);
-      if (spendBreaker.breaker.opened) {
+      const refused = spendBreaker.refusal();
+      if (refused) {
         slot.release();
-        throw new DependencyError('spend_management', 'breaker_open', 'circuit open, call not attempted');
+        throw refused;
       }
       return { pause: (batch) => spendBreaker.fire(batch.campaignIds, batch.callKey), release: () => slot.release() };
     },

@@ -25,7 +25,7 @@ export function createBreaker<A extends unknown[], R>(
   action: (...args: A) => Promise<R>,
   settings: BreakerSettings & { operation: string },
   metrics: Metrics,
-): { fire: (...args: A) => Promise<R>; breaker: CircuitBreaker<A, R> } {
+): { fire: (...args: A) => Promise<R>; refusal: () => DependencyError | undefined; breaker: CircuitBreaker<A, R> } {
   const breaker = new CircuitBreaker<A, R>(action, {
     name,
     timeout: false,
@@ -77,5 +77,16 @@ export function createBreaker<A extends unknown[], R>(
     }
   }
 
-  return { fire, breaker };
+  /**
+   * While the breaker is open: the refusal of a call that is then not attempted, counted as one
+   * opossum rejects (for a caller that must know before it records the call); undefined otherwise.
+   */
+  function refusal(): DependencyError | undefined {
+    if (!breaker.opened) return undefined;
+    metrics.breakerEvents.inc({ breaker: name, event: 'reject' });
+    metrics.dependencyDuration.observe({ dependency: name, operation: settings.operation, outcome: 'rejected' }, 0);
+    return new DependencyError(name, 'breaker_open', 'circuit open, call not attempted');
+  }
+
+  return { fire, refusal, breaker };
 }
