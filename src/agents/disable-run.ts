@@ -4,7 +4,7 @@ import type { Clock } from '../clock.js';
 import { DependencyError } from '../observability/dependency-calls.js';
 import type { AgentRepository, Lease } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
-import type { SentBatch, SentPauses } from '../stores/sent-pauses.js';
+import type { AnsweredCall, SentBatch, SentPauses } from '../stores/sent-pauses.js';
 import { ClaimCheck } from './claim-check.js';
 import { type Marked, MarkQueue, type MarkSlots } from './mark-queue.js';
 import type { CallOwner } from './spend-scheduler.js';
@@ -104,6 +104,11 @@ export interface RunnerSide {
   countPaused: (moved: number) => void;
   /** Campaigns a store answered about without confirming them (metrics). */
   countNotConfirmed: (dependency: NotConfirmedBy, count: number) => void;
+  /**
+   * A recorded call known to have paused nothing (not sent after all, or answered with a failure):
+   * its record is deleted, tried again until the database answers (DisableRunner's UnsentCalls).
+   */
+  forgetCall: (sentPauses: SentPauses, callKey: string) => void;
 }
 
 /** Why a run stops starting batches, the first of each kind; all of them name its end. */
@@ -147,8 +152,8 @@ export class DisableRun {
   /** The last batch's mark found nothing left and deleted the pending row. */
   private finishedByMark = false;
   private readonly stops = new Stops();
-  /** Confirmed by spend management, not yet marked in the database (their record says so too). */
-  private readonly unsettled = new Set<string>();
+  /** By call: campaigns its 200 named that are not marked in the database yet (their record has the call). */
+  private readonly unsettled = new Map<string, string[]>();
   private readonly batchesInFlight = new Set<Promise<void>>();
   /** Each batch's mark, until its outcome is taken into the run. */
   private readonly marksInFlight = new Set<Promise<void>>();
@@ -303,33 +308,44 @@ export class DisableRun {
     try {
       spend = await this.side.ports.pauseSpending(batch, () => this.mayStart(batch, recorded), this.owner);
     } catch (error) {
-      // The call's outcome is not known (a time-out may have paused): its record stays, in doubt,
-      // for the worker to send again with the same key once the lease runs out.
       this.stops.fail(error);
+      // Answered with a failure, or never sent (an open breaker, a refused connection): it paused
+      // nothing, and is never sent again. A call whose answer never came (a time-out, a cut
+      // connection) keeps its record, in doubt: sent again as itself once its lease runs out.
+      if (recorded.value && !answerNeverCame(error)) this.side.forgetCall(sentPauses, batch.callKey);
       return;
     }
     if (!spend) {
-      // Recorded, then not sent after all (a late answer, a stop): no longer in doubt.
-      if (recorded.value) await sentPauses.forget(batch).catch(() => undefined);
+      // Recorded, then not sent after all (a late answer, a stop): it paused nothing.
+      if (recorded.value) this.side.forgetCall(sentPauses, batch.callKey);
       return;
     }
-    if (spend.confirmed.length < ids.length) {
-      this.notConfirmedBy('spend_management', ids.length - spend.confirmed.length);
-      const left = new Set(spend.confirmed);
-      await sentPauses.forget({ campaignIds: ids.filter((id) => !left.has(id)), callKey: batch.callKey }).catch(() => undefined);
+    if (spend.confirmed.length < ids.length) this.notConfirmedBy('spend_management', ids.length - spend.confirmed.length);
+    if (spend.confirmed.length === 0) {
+      this.side.forgetCall(sentPauses, batch.callKey);
+      return;
     }
-    if (spend.confirmed.length === 0) return;
-    for (const id of spend.confirmed) this.unsettled.add(id);
-    const stored = await this.side.ports.markPausedInStore(spend.confirmed);
-    if (stored.confirmed.length < spend.confirmed.length) this.notConfirmedBy('redis', spend.confirmed.length - stored.confirmed.length);
+    const confirmed = spend.confirmed;
+    this.unsettled.set(batch.callKey, confirmed);
+    const stored = await this.side.ports.markPausedInStore(confirmed);
+    if (stored.confirmed.length < confirmed.length) this.notConfirmedBy('redis', confirmed.length - stored.confirmed.length);
     if (stored.confirmed.length === 0) return;
     // The batch read as the run's last, all confirmed: its statement may finish the run too.
     const finish = last && !this.stops.notConfirmed && stored.confirmed.length === ids.length;
+    // Every campaign the call paused is marked by this statement: it deletes the call's record too.
+    const whole = stored.confirmed.length === confirmed.length;
     // The database step does not hold the batch's place in the pipeline: the next call may start
     // while the marks, one statement at a time, catch up.
-    const settled = this.marks.mark(stored.confirmed, finish).then(
+    const settled = this.marks.mark(stored.confirmed, finish, whole ? batch.callKey : undefined).then(
       (skipped) => {
-        for (const id of stored.confirmed) if (!skipped.includes(id)) this.unsettled.delete(id);
+        if (whole && skipped.length === 0) this.unsettled.delete(batch.callKey);
+        else {
+          const done = new Set(stored.confirmed.filter((id) => !skipped.includes(id)));
+          this.unsettled.set(
+            batch.callKey,
+            confirmed.filter((id) => !done.has(id)),
+          );
+        }
         if (skipped.length > 0) this.notConfirmedBy('postgres', skipped.length);
       },
       (error: unknown) => this.stops.fail(error),
@@ -390,9 +406,13 @@ export class DisableRun {
         .catch(() => true);
       if (!stillOurs) this.stops.claimLost = true;
     }
-    // Paused in spend management, not yet everywhere: the write-ahead record has them; handed to
-    // the worker of any replica at once (if this write fails, their lease runs out all the same).
-    if (this.unsettled.size > 0) await stores.sentPauses.handOver([...this.unsettled]).catch(() => undefined);
+    // Paused in spend management, not yet everywhere: their calls' records have them; handed to the
+    // worker of any replica at once, as answered (if this write fails, their lease runs out all the
+    // same and the calls are sent again as themselves, which settles them just as well).
+    if (this.unsettled.size > 0) {
+      const answered: AnsweredCall[] = [...this.unsettled].map(([callKey, unsettled]) => ({ callKey, unsettled }));
+      await stores.sentPauses.handOver(answered).catch(() => undefined);
+    }
     if (this.stops.claimLost) return { kind: 'lost_claim', paused: this.paused };
     const remaining = await stores.agents.remainingCampaigns(agentId).catch(() => undefined);
     return { kind: 'incomplete', paused: this.paused, remaining, cause };
@@ -411,6 +431,17 @@ export function describeCause(cause: RunCause): string {
     default:
       return cause.kind;
   }
+}
+
+/**
+ * Whether a failed pause call may have reached spend management and its answer never came back (a
+ * time-out, a cut connection): only such a call is in doubt. A status answered (any but 200), an
+ * open breaker or a refused connection paused nothing.
+ */
+function answerNeverCame(error: unknown): boolean {
+  if (!(error instanceof DependencyError)) return true;
+  if (error.status !== undefined || error.reason === 'breaker_open' || error.reason === 'busy') return false;
+  return !(error.reason === 'unavailable' && error.message.endsWith('ECONNREFUSED'));
 }
 
 export function toDependencyError(error: unknown): DependencyError {

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { type Clock, systemClock } from '../clock.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Lease } from '../stores/agent-repository.js';
-import type { RecordedCall, RecordedClaim } from '../stores/sent-pauses.js';
+import type { AnsweredCall, RecordedCall, RecordedClaim, SentPauses } from '../stores/sent-pauses.js';
 import {
   DisableRun,
   type PausePorts,
@@ -40,6 +40,62 @@ class Shutdown {
   }
 }
 
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * This replica's recorded calls known to have paused nothing (not sent after all, or answered with
+ * a failure) whose record is not deleted yet. The deletion is tried again, with the capped backoff,
+ * until the database answers (a statement that hung or failed leaves the record in place, and a
+ * record left in place reads as a call in doubt): so the record of a call that was never sent does
+ * not outlive the run's knowledge of it. Until it is deleted, this replica's worker never sends
+ * such a call (it deletes the record instead). Only a replica that dies before the deletion leaves
+ * such a record behind (docs/interfaces.md §9, what "in doubt" means).
+ */
+class UnsentCalls {
+  private readonly keys = new Map<string, SentPauses>();
+  private draining: Promise<void> | undefined;
+
+  constructor(
+    private readonly backoff: { baseMs: number; maxMs: number },
+    private readonly stopped: AbortSignal,
+  ) {}
+
+  has(callKey: string): boolean {
+    return this.keys.has(callKey);
+  }
+
+  add(sentPauses: SentPauses, callKey: string): void {
+    this.keys.set(callKey, sentPauses);
+    this.start();
+  }
+
+  private start(): void {
+    this.draining ??= this.drain().finally(() => {
+      this.draining = undefined;
+      if (this.keys.size > 0 && !this.stopped.aborted) this.start();
+    });
+  }
+
+  private async drain(): Promise<void> {
+    for (let attempt = 0; this.keys.size > 0; attempt += 1) {
+      const byStore = new Map<SentPauses, string[]>();
+      for (const [key, store] of this.keys) byStore.set(store, [...(byStore.get(store) ?? []), key]);
+      let failed = false;
+      for (const [store, keys] of byStore) {
+        try {
+          await store.forget(keys);
+          for (const key of keys) this.keys.delete(key);
+        } catch {
+          failed = true;
+        }
+      }
+      if (!failed) attempt = 0;
+      else if (this.stopped.aborted) return;
+      else await sleep(Math.min(this.backoff.maxMs, this.backoff.baseMs * 2 ** Math.min(attempt, 20)) * (0.5 + Math.random() / 2));
+    }
+  }
+}
+
 /** How a run's end counts in the worker's metrics and logs (disable_worker_attempts_total's outcome). */
 export type RunOutcome = 'completed' | 'incomplete' | 'failed' | 'superseded' | 'stopped';
 
@@ -72,6 +128,7 @@ export class DisableRunner {
   private readonly runs = new Map<string, ActiveRun>();
   readonly shutdown = new Shutdown();
   private readonly markSlots = new MarkSlots();
+  private readonly unsent: UnsentCalls;
 
   constructor(
     private readonly ports: PausePorts,
@@ -79,7 +136,9 @@ export class DisableRunner {
     private readonly metrics: Metrics,
     /** The runs' clock (stop times, claim-check ages, leases): the process's, or a test's. */
     readonly clock: Clock = systemClock,
-  ) {}
+  ) {
+    this.unsent = new UnsentCalls(settings.backoff, this.shutdown.signal);
+  }
 
   /**
    * Campaigns one read fetches: what one run may have in flight. The statement that records and
@@ -134,6 +193,7 @@ export class DisableRunner {
       stopReason: (stopAt) => this.stopReason(stopAt),
       countPaused: (moved) => this.count(request.partnerName, moved, request),
       countNotConfirmed: (dependency, count) => this.metrics.campaignsNotConfirmed.inc({ dependency }, count),
+      forgetCall: (sentPauses, callKey) => this.unsent.add(sentPauses, callKey),
     }).drive();
     const entry: ActiveRun = { networkId: request.networkId, done };
     this.runs.set(request.agentId, entry);
@@ -161,31 +221,39 @@ export class DisableRunner {
   }
 
   /**
-   * Settles recorded pause calls that nobody settles (claimed by the worker from the write-ahead
-   * record): a call whose outcome is in doubt is sent again with its own idempotency key (the same
-   * call, completed: not a new one, so an enable does not stop it), then what spend management
-   * confirmed is paused in Redis and marked in the database, which deletes its record. What is
-   * left is given back with a backoff. Resolves with the campaigns settled.
+   * Settles recorded pause calls that nobody settles (claimed by the worker from the call record):
+   * a call in doubt (its answer never came) is sent again exactly as it was first sent, with its own
+   * idempotency key and its own campaigns (the same call, completed: not a new one, so an enable
+   * does not stop it); a call answered 200 is not sent again. What spend management confirmed is then
+   * paused in Redis and marked in the database, which deletes the record. A repeat answered with a
+   * failure leaves the call in doubt (its first send may still have paused). What is left is given
+   * back with a backoff. Resolves with the campaigns settled.
    */
   async settleRecorded(claim: RecordedClaim, stores: Pick<RunStores, 'agents' | 'sentPauses'>): Promise<number> {
     const nil = this.lease('00000000-0000-0000-0000-000000000000');
-    const confirmedSoFar: string[] = [];
+    const answered: AnsweredCall[] = [];
     let lastError: string | null = null;
     const settleCall = async (call: RecordedCall): Promise<number> => {
-      let confirmed = call.confirmed;
-      if (call.inDoubt.length > 0) {
-        const owner: CallOwner = { networkId: '', agentId: call.agentId, background: true };
-        const again = await this.ports.pauseSpending({ campaignIds: call.inDoubt, callKey: call.callKey }, async () => true, owner);
-        const paused = new Set(again?.confirmed ?? []);
-        const left = call.inDoubt.filter((id) => !paused.has(id));
-        if (left.length > 0) await stores.sentPauses.forget({ campaignIds: left, callKey: call.callKey });
-        confirmed = [...confirmed, ...call.inDoubt.filter((id) => paused.has(id))];
+      if (this.unsent.has(call.callKey)) {
+        // Known here never to have been sent (its deletion is still being tried): not sent now either.
+        await stores.sentPauses.forget([call.callKey]);
+        return 0;
       }
-      confirmedSoFar.push(...confirmed);
-      if (confirmed.length === 0) return 0;
+      let confirmed = call.answered;
+      if (confirmed === undefined) {
+        const owner: CallOwner = { networkId: '', agentId: call.agentId, background: true };
+        const again = await this.ports.pauseSpending({ campaignIds: call.campaignIds, callKey: call.callKey }, async () => true, owner);
+        confirmed = again?.confirmed ?? [];
+        if (confirmed.length === 0) {
+          await stores.sentPauses.forget([call.callKey]);
+          return 0;
+        }
+        answered.push({ callKey: call.callKey, unsettled: confirmed });
+      }
       const stored = await this.ports.markPausedInStore(confirmed);
       if (stored.confirmed.length === 0) return 0;
-      const marked = await stores.agents.markPaused(call.agentId, stored.confirmed, nil, false);
+      const whole = stored.confirmed.length === confirmed.length;
+      const marked = await stores.agents.markPaused(call.agentId, stored.confirmed, nil, false, whole ? [call.callKey] : []);
       this.count(call.partnerName, marked.moved, {});
       return stored.confirmed.length - marked.skipped.length;
     };
@@ -195,8 +263,8 @@ export class DisableRunner {
       if (result.status === 'fulfilled') settled += result.value;
       else lastError = toDependencyError(result.reason).summary;
     }
-    // Rows still there (refused by Redis, a locked row, a failure) wait for their backoff.
-    await stores.sentPauses.release(claim.claimToken, confirmedSoFar, this.settings.backoff, lastError);
+    // Records still there (refused by Redis, a locked row, a failure) wait for their backoff.
+    await stores.sentPauses.release(claim.claimToken, answered, this.settings.backoff, lastError);
     return settled;
   }
 }

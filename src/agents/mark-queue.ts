@@ -44,6 +44,8 @@ export type Marked = Awaited<ReturnType<AgentRepository['markPaused']>>;
 interface WaitingMark {
   ids: string[];
   finish: boolean;
+  /** The call whose record this mark settles (every campaign it confirmed is in `ids`), if any. */
+  settles: string | undefined;
   /** Settles with the ids of this batch that a lock left unmarked. */
   resolve: (skipped: string[]) => void;
   reject: (error: unknown) => void;
@@ -67,10 +69,13 @@ export class MarkQueue {
     private readonly clock: Clock = systemClock,
   ) {}
 
-  /** Marks the batch paused; resolves with its ids that a lock left unmarked. */
-  mark(ids: string[], finish: boolean): Promise<string[]> {
+  /**
+   * Marks the batch paused, and deletes the record of the call `settles` with it unless a lock left
+   * one of its campaigns out; resolves with its ids that a lock left unmarked.
+   */
+  mark(ids: string[], finish: boolean, settles?: string): Promise<string[]> {
     return new Promise<string[]>((resolve, reject) => {
-      this.waiting.push({ ids, finish, resolve, reject });
+      this.waiting.push({ ids, finish, settles, resolve, reject });
       void this.flush();
     });
   }
@@ -84,7 +89,8 @@ export class MarkQueue {
       const sentAt = this.clock.now();
       const { agentId, networkId, lease } = this.run;
       const finish = group.some((waiting) => waiting.finish);
-      const marked = await this.slots.run(networkId, () => this.agents.markPaused(agentId, ids, lease, finish));
+      const settled = group.flatMap((waiting) => (waiting.settles ? [waiting.settles] : []));
+      const marked = await this.slots.run(networkId, () => this.agents.markPaused(agentId, ids, lease, finish, settled));
       this.onMarked(marked, sentAt);
       const skipped = new Set(marked.skipped);
       for (const waiting of group) waiting.resolve(waiting.ids.filter((id) => skipped.has(id)));

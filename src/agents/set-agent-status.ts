@@ -369,6 +369,11 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
   async function enable(command: SetAgentStatusCommand): Promise<void> {
     // An enable made already (madeAs) answers as it did: it is never made a second time.
     if (command.madeAs !== undefined) return;
+    // The enable's fence (below) is waited in full, whatever the deadline: an enable whose deadline
+    // leaves no room for it answers 500 before its statement, with nothing changed.
+    if (runs.clock.now() + deps.supersedeFenceMs > command.deadline) {
+      throw new DependencyError('postgres', 'timeout', 'enable_agent: no time left for the fence before the request deadline');
+    }
     const author = { partnerName: command.partnerName, requestId: command.requestId };
     const done = await agents.enable(command.networkId, command.agentId, author, command.conditions);
     if (done === 'precondition_failed') throw new PreconditionFailed();
@@ -376,8 +381,9 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     // The enable's fence (docs/interfaces.md §9): a run of the disable it superseded may have had
     // its claim check answered just before this commit; no call starts on an answer older than
     // claimCheckMaxAgeMs, so once that much has passed since the commit no call of that run can
-    // start any more, and only then does the enable answer.
-    if (done.supersededDisable) await sleepUntil(runs.clock.now() + deps.supersedeFenceMs, command.deadline, runs.clock);
+    // start any more, and only then does the enable answer: in full even past the deadline (a
+    // statement that answered late), since a shorter fence would let such a call start after the 200.
+    if (done.supersededDisable) await sleepUntil(runs.clock.now() + deps.supersedeFenceMs, Number.POSITIVE_INFINITY, runs.clock);
   }
 
   function setAgentStatus(command: SetAgentStatusCommand & { respondAsync?: undefined }): Promise<AgentStatus>;

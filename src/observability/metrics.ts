@@ -177,7 +177,7 @@ function disableMetrics(registry: Registry) {
     }),
     unsettledCampaigns: new Gauge({
       name: 'unsettled_campaigns',
-      help: "Campaigns sent to spend management whose pause is not yet settled in Redis and the database (rows of the write-ahead record sent_pauses, calls in flight included), as last read by this replica's worker.",
+      help: "Campaigns sent to spend management whose pause is not yet settled in Redis and the database (campaigns of the calls in the call record pause_calls, calls in flight included), as last read by this replica's worker.",
       registers: [registry],
     }),
     unsettledCampaignsOldestAge: new Gauge({

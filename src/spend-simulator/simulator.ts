@@ -4,7 +4,10 @@ import Fastify from 'fastify';
 /**
  * A stand-in for the spend-management API (docs/interfaces.md §6) for npm run dev, the e2e suite,
  * the dev cluster and the tests. It pauses what it is asked to, remembers it, and can be switched
- * to fail, hang or answer slowly through its control routes under /_simulator.
+ * to fail, hang or answer slowly through its control routes under /_simulator. It holds its
+ * idempotency keys strictly by default, as the IETF Idempotency-Key draft's servers do: a key that
+ * comes back with other campaigns (or the same ones in another order) than its first use answers 422
+ * and pauses nothing.
  */
 export type SimulatorMode = 'ok' | 'fail' | 'hang' | 'slow';
 
@@ -21,6 +24,8 @@ export interface SimulatorRequest {
   /** The W3C baggage header, when a caller forwards one (the service must not). */
   baggage: string | undefined;
   at: string;
+  /** Answered 422: the key came back with other campaigns than its first use (strict keys). */
+  keyReused?: true;
 }
 
 const uuid = '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
@@ -48,6 +53,8 @@ export interface SimulatorOptions {
   logger?: boolean;
   /** Requests kept for read-back (the newest). */
   keepRequests?: number;
+  /** 422 for a key that comes back with other campaigns than its first use (default true). */
+  strictKeys?: boolean;
 }
 
 export function createSpendSimulator(options: SimulatorOptions = {}) {
@@ -66,8 +73,11 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
    * gets its first answer again and pauses nothing anew, as the IETF Idempotency-Key draft has it.
    */
   const answered = new Map<string, string[]>();
-  /** Every key received (the newest `keep × 100`), answered or not. */
-  const seen = new Set<string>();
+  /** Every key received (the newest `keep × 100`), answered or not, with the campaigns of its first use. */
+  const seen = new Map<string, string>();
+  const strictKeys = options.strictKeys ?? true;
+  /** Requests answered 422 because their key came back with other campaigns. */
+  let keysReused = 0;
 
   app.post('/v1/spending-periods/pause', { schema: { body: PauseBody } }, async (request, reply) => {
     if (options.token && request.headers.authorization !== `Bearer ${options.token}`) {
@@ -79,7 +89,10 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     }
     const { traceparent, baggage } = request.headers;
     const earlier = answered.get(idempotencyKey);
-    const firstTime = !seen.has(idempotencyKey);
+    const firstUse = seen.get(idempotencyKey);
+    const firstTime = firstUse === undefined;
+    const campaigns = request.body.campaignIds.join(',');
+    const reused = strictKeys && !firstTime && firstUse !== campaigns;
     requests.push({
       campaignIds: request.body.campaignIds,
       idempotencyKey,
@@ -87,10 +100,15 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
       traceparent: typeof traceparent === 'string' ? traceparent : undefined,
       baggage: typeof baggage === 'string' ? baggage : undefined,
       at: new Date().toISOString(),
+      ...(reused ? { keyReused: true as const } : {}),
     });
     if (requests.length > keep) requests = requests.slice(-keep);
+    if (reused) {
+      keysReused += 1;
+      return reply.code(422).send({ error: 'idempotency key reused with other campaigns' });
+    }
     if (firstTime) {
-      seen.add(idempotencyKey);
+      seen.set(idempotencyKey, campaigns);
       if (seen.size > keep * 100) seen.delete(seen.keys().next().value!);
     }
 
@@ -114,6 +132,8 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     failAfter,
     pausedCount: paused.size,
     requestCount: requests.length,
+    strictKeys,
+    keysReused,
   }));
   app.put('/_simulator/mode', { schema: { body: ModeBody } }, async (request) => {
     mode = request.body.mode;
@@ -148,6 +168,7 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     refused.clear();
     answered.clear();
     seen.clear();
+    keysReused = 0;
     requests = [];
     mode = 'ok';
     delayMs = 1_000;
@@ -160,6 +181,8 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     simulator: {
       isPaused: (id: string) => paused.has(id),
       requests: () => requests,
+      /** Requests answered 422 since the start (or the last reset): a key that came back with other campaigns. */
+      keysReused: () => keysReused,
       /** Leaves these campaigns out of `paused` from now on (none: every campaign is paused again). */
       refuse(campaignIds: readonly string[]) {
         refused.clear();

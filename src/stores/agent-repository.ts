@@ -153,6 +153,11 @@ export interface AgentRepository {
     campaignIds: readonly string[],
     claim: Lease,
     finish: boolean,
+    /**
+     * Calls (their keys) whose every campaign spend management confirmed is among `campaignIds`:
+     * their record is deleted with this statement unless a lock left one of their campaigns out.
+     */
+    settledCalls?: readonly string[],
   ): Promise<{ moved: number; skipped: string[]; finished: boolean }>;
   remainingCampaigns(agentId: string): Promise<number>;
   /**
@@ -383,7 +388,7 @@ function campaignMarks({
         return row.ids;
       }),
 
-    markPaused: (agentId, campaignIds, claim, finish) =>
+    markPaused: (agentId, campaignIds, claim, finish, settledCalls = []) =>
       timed('mark_campaigns_paused', async () => {
         const row = await pool.one(statement('pas_mark_campaigns_paused', markRow)`
           WITH serial AS (
@@ -436,11 +441,11 @@ function campaignMarks({
                     SELECT unnest(${sql.array(campaignIds, 'uuid')}) EXCEPT SELECT campaign_id FROM lockable))
               AND NOT c.paused
           ), settled AS (
-            -- The write-ahead record of these campaigns' calls: settled now in all three stores
-            -- (paused here by this statement or before it), except those a lock left out.
-            DELETE FROM sent_pauses s
-            WHERE s.campaign_id = ANY(${sql.array(campaignIds, 'uuid')})
-              AND s.campaign_id NOT IN (SELECT campaign_id FROM skipped)
+            -- The record of these calls: settled now in all three stores (paused here by this
+            -- statement or before it), unless a lock left one of their campaigns out.
+            DELETE FROM pause_calls p
+            WHERE p.call_key = ANY(${sql.array(settledCalls, 'uuid')})
+              AND NOT (coalesce(p.answered_ids, p.campaign_ids) && ARRAY(SELECT campaign_id FROM skipped))
           )
           SELECT (SELECT count(*) FROM moved)::int AS n,
                  ARRAY(SELECT campaign_id::text FROM skipped) AS skipped,

@@ -52,8 +52,8 @@ export interface DisableQueue {
   /**
    * The check made inside the spend-management slot, right before pause calls: says whether the
    * claim is still this run's (held and not expired) and, only when it is, records the calls about
-   * to be sent in the write-ahead record (sent_pauses, docs/interfaces.md §9) in the same statement,
-   * so that no call is ever sent unrecorded. With `renew` it also renews the lease (a lease a third
+   * to be sent in the call record (pause_calls, docs/interfaces.md §9), one row per call with its key
+   * and its campaigns, in the same statement, so that no call is ever sent unrecorded. With `renew` it also renews the lease (a lease a third
    * gone). Fenced on the row itself, so a concurrent enable or take-over is seen.
    */
   checkClaim(agentId: string, lease: Lease, renew: boolean, sent: readonly SentBatch[]): Promise<boolean>;
@@ -80,10 +80,10 @@ export interface DisableQueue {
   claimDue(owner: string, leaseMs: number, limit: number): Promise<ClaimedDisable[]>;
   /**
    * Releases, at once, every claim this replica still holds (clean shutdown): pending disables, and
-   * rows of the write-ahead record its worker was settling.
+   * calls of the call record its worker was settling.
    */
   releaseOwned(owner: string): Promise<{ disables: number; campaigns: number }>;
-  /** The worker's figures: pending disables, and campaigns of the write-ahead record not settled yet. */
+  /** The worker's figures: pending disables, and campaigns of the call record not settled yet. */
   pendingStats(): Promise<{ count: number; oldestAgeSeconds: number; unsettled: { count: number; oldestAgeSeconds: number } }>;
 }
 
@@ -112,17 +112,16 @@ export function createDisableQueue(
               RETURNING 1`
           : sql.fragment`SELECT 1 FROM pending_disables
               WHERE agent_id = ${agentId} AND claim_token = ${lease.claimToken}::uuid AND next_attempt_at > now()`;
-        // A campaign recorded already (an earlier call whose pause is not settled yet) takes the new
-        // call's key: the new call settles it as well as the old one would.
+        // One row per call, its campaigns in the order they are sent. Keys are new for every call:
+        // a conflict (never expected) leaves the earlier record as it was.
         const row = await checks.one(statement(renew ? 'pas_renew_lease' : 'pas_check_claim', heldRow)`
           WITH claim AS (${claim}), recorded AS (
-            INSERT INTO sent_pauses AS s (campaign_id, agent_id, call_key, next_attempt_at)
-            SELECT t.id, ${agentId}, t.call_key, now() + ${seconds(lease.leaseMs)}
-            FROM unnest(${sql.array(ids, 'uuid')}, ${sql.array(keys, 'uuid')}) AS t(id, call_key)
+            INSERT INTO pause_calls (call_key, agent_id, campaign_ids, state, next_attempt_at)
+            SELECT t.call_key, ${agentId}, array_agg(t.id ORDER BY t.n), 'sent', now() + ${seconds(lease.leaseMs)}
+            FROM unnest(${sql.array(ids, 'uuid')}, ${sql.array(keys, 'uuid')}) WITH ORDINALITY AS t(id, call_key, n)
             WHERE EXISTS (SELECT 1 FROM claim)
-            ON CONFLICT (campaign_id) DO UPDATE
-              SET agent_id = EXCLUDED.agent_id, call_key = EXCLUDED.call_key, sent_at = now(),
-                  next_attempt_at = EXCLUDED.next_attempt_at, claim_token = NULL, lease_owner = NULL
+            GROUP BY t.call_key
+            ON CONFLICT (call_key) DO NOTHING
             RETURNING 1
           )
           SELECT EXISTS (SELECT 1 FROM claim) AS held`);
@@ -255,11 +254,11 @@ export function createDisableQueue(
             WHERE lease_owner = ${owner} AND claim_token IS NOT NULL
             RETURNING 1
           ), campaigns AS (
-            UPDATE sent_pauses SET claim_token = NULL, lease_owner = NULL, next_attempt_at = now()
+            UPDATE pause_calls SET claim_token = NULL, lease_owner = NULL, next_attempt_at = now()
             WHERE lease_owner = ${owner} AND claim_token IS NOT NULL
-            RETURNING 1
+            RETURNING cardinality(coalesce(answered_ids, campaign_ids)) AS n
           )
-          SELECT (SELECT count(*) FROM disables)::int AS disables, (SELECT count(*) FROM campaigns)::int AS campaigns`);
+          SELECT (SELECT count(*) FROM disables)::int AS disables, (SELECT coalesce(sum(n), 0) FROM campaigns)::int AS campaigns`);
         return row;
       }),
 
@@ -270,9 +269,9 @@ export function createDisableQueue(
           FROM (SELECT count(*)::int AS n,
                        coalesce(extract(epoch FROM now() - min(requested_at)), 0)::float8 AS oldest_age_seconds
                 FROM pending_disables) p,
-               (SELECT count(*)::int AS n,
+               (SELECT coalesce(sum(cardinality(coalesce(answered_ids, campaign_ids))), 0)::int AS n,
                        coalesce(extract(epoch FROM now() - min(sent_at)), 0)::float8 AS oldest_age_seconds
-                FROM sent_pauses) s`);
+                FROM pause_calls) s`);
         return {
           count: row.n,
           oldestAgeSeconds: row.oldest_age_seconds,

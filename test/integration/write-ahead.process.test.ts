@@ -109,7 +109,7 @@ describe('a Redis outage under a disable, then an enable', () => {
       proxy.restore();
       const paused = await agreeInTheEnd(ids);
       expect(paused).toBeGreaterThan(0);
-      const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM sent_pauses WHERE agent_id = $1', [agentId]);
+      const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM pause_calls WHERE agent_id = $1', [agentId]);
       expect(rows[0].n).toBe(0);
     } finally {
       await proxy.close();
@@ -341,5 +341,190 @@ describe('a respond-async repeat that takes over a dead replica’s idempotency 
     const afterwards = await postStatus(replicas.at(-1)!.baseUrl, key, agentId, false, { headers });
     expect([200, 202]).toContain(afterwards.status);
     expect(await db.agentApproved(agentId)).toBe(false);
+  });
+});
+
+// The call record (docs/interfaces.md §6, §9): a call is recorded whole (its key, its campaigns)
+// before it is sent, repeated only while its answer never came and only as it was first sent; a
+// call known to have paused nothing is never sent after an enable. Spend management holds its keys
+// strictly (the simulator's default): a key that comes back with other campaigns is answered 422.
+
+/** The calls spend management received for any of `ids` after `since` (ms since the epoch). */
+const callsAfter = (ids: readonly string[], since: number) =>
+  sim.requests().filter((request) => request.campaignIds.some((id) => ids.includes(id)) && Date.parse(request.at) > since);
+
+/** Every key spend management received for `ids` came with one list of campaigns, and none was answered 422. */
+function oneCallPerKey(ids: readonly string[]): Map<string, number> {
+  const sends = new Map<string, { campaigns: string; count: number }>();
+  for (const request of sim.requests().filter((r) => r.campaignIds.some((id) => ids.includes(id)))) {
+    const campaigns = request.campaignIds.join();
+    const seen = sends.get(request.idempotencyKey);
+    expect(request.keyReused).toBeUndefined();
+    if (seen) expect(campaigns).toBe(seen.campaigns);
+    sends.set(request.idempotencyKey, { campaigns, count: (seen?.count ?? 0) + 1 });
+  }
+  return new Map([...sends].map(([key, { count }]) => [key, count]));
+}
+
+/** A replica for the call record's tests: not shed for a busy event loop, on a machine other suites load too. */
+const calm = (env: Record<string, string>) => replica({ OVERLOAD_MAX_EVENT_LOOP_DELAY_MS: '10000', ...env });
+
+/**
+ * A status change as a partner sends it, again while it is shed (503 with Retry-After: nothing was
+ * done; under-pressure reads an interval without a sample, as a starved process has, as overload).
+ */
+async function change(service: { baseUrl: string }, agentId: string, enabled: boolean): Promise<Response> {
+  for (let attempt = 1; ; attempt += 1) {
+    const answer = await postStatus(service.baseUrl, key, agentId, enabled);
+    if (answer.status !== 503 || attempt === 10) return answer;
+    await new Promise((resolve) => setTimeout(resolve, Number(answer.headers.get('retry-after') ?? 1) * 1_000));
+  }
+}
+
+/**
+ * Waits until the replica's worker reads no unsettled campaign (unsettled_campaigns, from its
+ * latest poll): a record left in doubt would have been sent again and settled by then.
+ */
+async function workersSettled(service: { metricsUrl: string }, timeout = 20_000): Promise<void> {
+  await vi.waitFor(
+    async () => {
+      const metrics = await (await fetch(`${service.metricsUrl}/metrics`)).text();
+      expect(metrics.split('\n').find((line) => line.startsWith('unsettled_campaigns '))).toBe('unsettled_campaigns 0');
+    },
+    { timeout, interval: 200 },
+  );
+}
+
+/** The call record holds nothing for the agent (settled, or forgotten). */
+async function recordEmpty(agentId: string): Promise<void> {
+  const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM pause_calls WHERE agent_id = $1', [agentId]);
+  expect(rows[0].n).toBe(0);
+}
+
+describe('a call that timed out but paused, then a retry whose call is not sent, then an enable', () => {
+  it('sends the first call again as itself: the three stores agree, 100 / 100 / 100', { timeout: 60_000 }, async () => {
+    const proxy = await startTcpProxy(databaseTarget());
+    try {
+      const service = await calm({
+        DATABASE_URL: through(proxy.port),
+        SPEND_MANAGEMENT_TIMEOUT_MS: '500',
+        DATABASE_STATEMENT_TIMEOUT_MS: '2000',
+        CLAIM_CHECK_MAX_AGE_MS: '250',
+        // The disable is not run again by the worker before the enable: only the record settles it.
+        WORKER_BACKOFF_BASE_MS: '30000',
+        WORKER_BACKOFF_MAX_MS: '30000',
+        WORKER_LEASE_MS: '4000',
+      });
+      const agentId = await db.agent(networkId);
+      const ids = await db.campaigns(agentId, 100);
+      sim.setMode('slow', { delayMs: 1_200 });
+      expect((await change(service, agentId, false)).status).toBe(500);
+      const [first] = callsAfter(ids, 0);
+      expect(first?.campaignIds).toHaveLength(100);
+      // The time-out did not stop spend management: it paused all 100.
+      await vi.waitFor(() => expect(ids.every((id) => sim.isPaused(id))).toBe(true), { timeout: 5_000, interval: 20 });
+      sim.setMode('ok');
+      // The retry's claim check answers too late to be trusted: its call is recorded, not sent.
+      proxy.delay(400);
+      const callsBefore = callsAfter(ids, 0).length;
+      expect((await change(service, agentId, false)).status).toBe(500);
+      expect(callsAfter(ids, 0).length).toBe(callsBefore);
+      proxy.delay(0);
+      expect((await change(service, agentId, true)).status).toBe(200);
+      expect(await agreeInTheEnd(ids)).toBe(100);
+      await workersSettled(service);
+      await recordEmpty(agentId);
+      // The first call was sent again with its key and its campaigns, and nothing else reused a key.
+      const sends = oneCallPerKey(ids);
+      expect(sends.get(first!.idempotencyKey)).toBeGreaterThanOrEqual(2);
+    } finally {
+      sim.setMode('ok');
+      proxy.delay(0);
+      await proxy.close();
+    }
+  });
+});
+
+describe('a hung call, repeated across several failed attempts, against a strict spend management', () => {
+  it('sends every key with one list of campaigns, whole: never 422, and the stores agree once it answers', {
+    timeout: 60_000,
+  }, async () => {
+    const service = await calm({ SPEND_MANAGEMENT_TIMEOUT_MS: '400', WORKER_LEASE_MS: '2000' });
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 100);
+    sim.setMode('hang');
+    expect((await change(service, agentId, false)).status).toBe(500);
+    const firstKey = callsAfter(ids, 0)[0]!.idempotencyKey;
+    // The record repeats the hung call, the worker runs the disable again under new keys: several of each.
+    await vi.waitFor(
+      () => {
+        expect(callsAfter(ids, 0).filter((r) => r.idempotencyKey === firstKey).length).toBeGreaterThanOrEqual(3);
+        expect(new Set(callsAfter(ids, 0).map((r) => r.idempotencyKey)).size).toBeGreaterThanOrEqual(3);
+      },
+      { timeout: 30_000, interval: 100 },
+    );
+    sim.setMode('ok');
+    await vi.waitFor(
+      async () => expect((await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId])).rows).toEqual([]),
+      {
+        timeout: 30_000,
+        interval: 200,
+      },
+    );
+    expect(await agreeInTheEnd(ids)).toBe(100);
+    await workersSettled(service);
+    await recordEmpty(agentId);
+    const sends = oneCallPerKey(ids);
+    expect(sends.get(firstKey)).toBeGreaterThanOrEqual(3);
+    expect(sim.keysReused()).toBe(0);
+  });
+});
+
+describe('a call recorded and not sent whose forget does not answer, then an enable', () => {
+  it('forgets it all the same: no call reaches spend management after the enable', { timeout: 60_000 }, async () => {
+    // The first statement that forgets a recorded call is black-holed (it never answers).
+    const proxy = await startTcpProxy(databaseTarget(), { marker: 'forgotten', count: 1 });
+    try {
+      const leases = { WORKER_LEASE_MS: '4000' };
+      const slow = await calm({ ...leases, DATABASE_URL: through(proxy.port), CLAIM_CHECK_MAX_AGE_MS: '50' });
+      const other = await replica(leases);
+      const agentId = await db.agent(networkId);
+      const ids = await db.campaigns(agentId, 100);
+      // Every claim check of the slow replica answers too late: its calls are recorded, never sent.
+      proxy.delay(150);
+      expect((await change(slow, agentId, false)).status).toBe(500);
+      await vi.waitFor(() => expect(proxy.held()).toBe(1), { timeout: 5_000, interval: 20 });
+      const enable = await change(other, agentId, true);
+      expect(enable.status).toBe(200);
+      const answeredAt = Date.now();
+      // No record left (a record left in doubt would be sent again, then deleted) and no pending
+      // disable: nothing can send a call for these campaigns any more.
+      await workersSettled(other);
+      expect(callsAfter(ids, answeredAt)).toEqual([]);
+      expect((await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId])).rows).toEqual([]);
+      await recordEmpty(agentId);
+    } finally {
+      proxy.delay(0);
+      await proxy.close();
+    }
+  });
+});
+
+describe('a call answered 503, then an enable', () => {
+  it('is not in doubt: never sent again, and its record is gone', { timeout: 60_000 }, async () => {
+    const service = await calm({ WORKER_LEASE_MS: '2000' });
+    const agentId = await db.agent(networkId);
+    const ids = await db.campaigns(agentId, 100);
+    sim.setMode('fail', { failStatus: 503 });
+    expect((await change(service, agentId, false)).status).toBe(500);
+    expect(callsAfter(ids, 0).length).toBeGreaterThan(0);
+    const enable = await change(service, agentId, true);
+    expect(enable.status).toBe(200);
+    const answeredAt = Date.now();
+    sim.setMode('ok');
+    await workersSettled(service);
+    expect(callsAfter(ids, answeredAt)).toEqual([]);
+    await recordEmpty(agentId);
+    expect(await agreeInTheEnd(ids)).toBe(0);
   });
 });

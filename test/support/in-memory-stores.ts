@@ -28,8 +28,8 @@ export function inMemoryStores() {
   const pending = new Map<string, Pending>();
   const changes: Array<{ changeId: number; agentId: string; enabled: boolean }> = [];
   const lockedAgents = new Set<string>();
-  /** The write-ahead record (sent_pauses): campaign → its call. */
-  const recorded = new Map<string, { agentId: string; callKey: string; confirmed: boolean }>();
+  /** The call record (pause_calls): call key → its campaigns, and what its 200 named that is not settled. */
+  const recorded = new Map<string, { agentId: string; campaignIds: string[]; answered: string[] | undefined }>();
   const statements: string[] = [];
   const now = () => Date.now();
 
@@ -112,11 +112,11 @@ export function inMemoryStores() {
         .filter((id) => after === null || id > after)
         .slice(0, batchSize);
     },
-    async markPaused(agentId, campaignIds, claim: Lease, finish) {
+    async markPaused(agentId, campaignIds, claim: Lease, finish, settledCalls = []) {
       statements.push('mark_campaigns_paused');
+      for (const key of settledCalls) recorded.delete(key);
       let moved = 0;
       for (const id of campaignIds) {
-        recorded.delete(id);
         const campaign = campaigns.get(id);
         if (campaign && !campaign.paused) {
           campaign.paused = true;
@@ -146,8 +146,8 @@ export function inMemoryStores() {
       if (!held(agentId, lease.claimToken)) return false;
       if (renew) pending.get(agentId)!.leaseUntil = now() + lease.leaseMs;
       for (const batch of sent) {
-        for (const id of batch.campaignIds)
-          recorded.set(id, { agentId, callKey: batch.callKey, confirmed: recorded.get(id)?.confirmed ?? false });
+        if (!recorded.has(batch.callKey))
+          recorded.set(batch.callKey, { agentId, campaignIds: [...batch.campaignIds], answered: undefined });
       }
       return true;
     },
@@ -191,18 +191,15 @@ export function inMemoryStores() {
     },
   };
 
-  // The write-ahead record as a run uses it; the worker's claims are the SQL's business.
+  // The call record as a run uses it; the worker's claims are the SQL's business.
   const sentPauses: SentPauses = {
-    async forget(batch) {
-      for (const id of batch.campaignIds) {
-        const row = recorded.get(id);
-        if (row && row.callKey === batch.callKey && !row.confirmed) recorded.delete(id);
-      }
+    async forget(callKeys) {
+      for (const key of callKeys) if (recorded.get(key)?.answered === undefined) recorded.delete(key);
     },
-    async handOver(campaignIds) {
-      for (const id of campaignIds) {
-        const row = recorded.get(id);
-        if (row) row.confirmed = true;
+    async handOver(calls) {
+      for (const call of calls) {
+        const row = recorded.get(call.callKey);
+        if (row) row.answered = [...call.unsettled];
       }
     },
     async claimDue() {

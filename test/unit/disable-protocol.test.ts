@@ -50,8 +50,8 @@ function protocol(options: { slots?: number; delayMs?: number; clock?: Clock; fe
     owner: 'unit',
     stores,
     workerStores: stores,
-    pauseSpendingPeriods: async (ids) => {
-      calls.push({ ids, at: Date.now(), recorded: ids.every((id) => stores.recorded.has(id)) });
+    pauseSpendingPeriods: async (ids, callKey) => {
+      calls.push({ ids, at: Date.now(), recorded: stores.recorded.get(callKey)?.campaignIds.join() === ids.join() });
       stores.statements.push('spend_call');
       await new Promise((resolve) => setTimeout(resolve, options.delayMs ?? 0));
       return { confirmed: [...ids] };
@@ -90,7 +90,7 @@ describe('the disable protocol, without a database', () => {
     expect(sinceLastCall).toEqual([true, true, true]);
     expect(stores.pending.has(agentId)).toBe(false);
     expect(stores.approved(agentId)).toBe(false);
-    // Every call was in the write-ahead record when it started, and every mark took its rows out.
+    // Every call was in the call record (its key, its exact campaigns) when it started, and every mark took its record out.
     expect(calls.map((call) => call.recorded)).toEqual([true, true, true]);
     expect(stores.recorded.size).toBe(0);
   });
