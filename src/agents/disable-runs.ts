@@ -242,8 +242,11 @@ export class DisableRunner {
       let confirmed = call.answered;
       if (confirmed === undefined) {
         const owner: CallOwner = { networkId: '', agentId: call.agentId, background: true };
-        const again = await this.ports.pauseSpending({ campaignIds: call.campaignIds, callKey: call.callKey }, async () => true, owner);
-        confirmed = again?.confirmed ?? [];
+        // A part of a shared call is repeated as the whole call it was sent in; only its own campaigns are its to settle.
+        const sent = call.sentAs ?? { campaignIds: call.campaignIds, callKey: call.callKey };
+        const again = await this.ports.pauseSpending(sent, async () => true, owner);
+        const own = new Set(call.campaignIds);
+        confirmed = (again?.confirmed ?? []).filter((id) => own.has(id));
         if (confirmed.length === 0) {
           await stores.sentPauses.forget([call.callKey]);
           return 0;

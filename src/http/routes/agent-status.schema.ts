@@ -12,7 +12,7 @@ export const exampleAgentId = 'us-east-1:3f1c2b9e-5d4a-4e8f-9a7b-1c2d3e4f5a6b';
 export const exampleNetworkId = '8d2f6a4c-1b3e-4f5a-9c7d-0e1f2a3b4c5d';
 
 // Response headers as @fastify/swagger takes them: one schema each (it wraps them for OpenAPI).
-const retryAfterHeader = {
+export const retryAfterHeader = {
   'retry-after': { type: 'string', pattern: '^[1-9][0-9]*$', description: 'Seconds to wait before repeating the request.' },
 };
 export const rateLimitHeaders = {
@@ -76,7 +76,7 @@ export const disablingExample = {
 };
 
 /** Idempotent-Replayed on an answer repeated for an Idempotency-Key (docs/interfaces.md §11). */
-const replayedHeader = {
+export const replayedHeader = {
   'idempotent-replayed': {
     type: 'string',
     enum: ['true'],
