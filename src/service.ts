@@ -29,6 +29,7 @@ import { boundedBy, serverBounds, statementsFor } from './stores/statements.js';
 import { createStatusBatches } from './stores/status-batches.js';
 import { createWebhookDeliveryStore } from './stores/webhook-deliveries.js';
 import { createWebhookEndpointStore } from './stores/webhook-endpoints.js';
+import { startLoops } from './workers/loops.js';
 
 export interface ServiceOptions {
   logger: Logger;
@@ -106,8 +107,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     owner,
     stores: { agents, queue, sentPauses },
     workerStores,
-    pauseSpendingPeriods: (ids, callKey) => spend.pauseSpendingPeriods(ids, callKey),
-    markPausedInCampaignState: (ids) => campaignState.markPaused(ids),
+    spendManagement: spend,
+    campaignState,
     // The housekeeping deletes expired idempotency keys and expired bulk changes (kept 24 hours each).
     expiredKeys: { purgeExpired: async (limit) => (await expiredKeys.purgeExpired(limit)) + (await expiredBatches.purgeExpired(limit)) },
     metrics,
@@ -141,7 +142,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     bulk: { changes: bulk, batches: createStatusBatches(requestPool, metrics) },
   });
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
-  worker.start();
+  // The worker's loops stop with the resources, before the pools they use close.
+  startLoops(resources, worker.loops);
   webhooks.sender.start();
   // The relay's mark makes the webhook deliveries of what it relayed: the sender looks at once.
   const relay = startEventsRelay(config, workerPool, { metrics, logger, resources, onRelayed: webhooks.sender.nudge });

@@ -1,11 +1,15 @@
-// The convergence worker: claims due pending disables and runs them through the runner like a request.
+// The convergence worker: claims due pending disables and runs them through the runner like a request (an instance of src/workers/).
 import { isSpanContextValid, type Link, type SpanContext, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Logger } from 'pino';
+import type { Clock } from '../clock.js';
 import type { WorkerSettings } from '../config.js';
 import { sqlstateFields } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ClaimedDisable } from '../stores/disable-queue.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
+import type { RecordedClaim } from '../stores/sent-pauses.js';
+import { type Chore, Housekeeping } from '../workers/housekeeping.js';
+import { PollLoop, type PollWork } from '../workers/poll-loop.js';
 import { describeCause, type RunStores } from './disable-run.js';
 import { type DisableRunner, runOutcome } from './disable-runs.js';
 
@@ -84,141 +88,118 @@ function attempt(claim: ClaimedDisable, deps: WorkerDeps): Promise<void> {
 }
 
 /**
- * At most once a minute: deletes the idempotency keys older than 24 hours, a few hundred per
- * statement, so that no statement holds locks on many rows or runs long; at most 20 batches a
- * time, the rest next time.
+ * Deletes the idempotency keys older than 24 hours, a few hundred per statement, so that no
+ * statement holds locks on many rows or runs long; at most 20 batches a turn, the rest next turn.
  */
-class ExpiredKeyPurge {
-  private lastPurge = 0;
-
-  constructor(private readonly deps: Pick<WorkerDeps, 'expiredKeys' | 'log'>) {}
-
-  async run(stopped: () => boolean): Promise<void> {
-    if (Date.now() - this.lastPurge < keyPurgeIntervalMs) return;
-    this.lastPurge = Date.now();
-    let purged = 0;
-    for (let batch = 0; batch < 20 && !stopped(); batch += 1) {
-      const n = await this.deps.expiredKeys.purgeExpired(keyPurgeBatch);
-      purged += n;
-      if (n < keyPurgeBatch) break;
-    }
-    if (purged > 0) this.deps.log.info({ count: purged }, 'expired idempotency keys deleted');
-  }
+function expiredKeyPurge(deps: Pick<WorkerDeps, 'expiredKeys' | 'log'>): Chore {
+  return {
+    name: 'expired_idempotency_keys',
+    everyMs: keyPurgeIntervalMs,
+    async run(stopped) {
+      let purged = 0;
+      for (let batch = 0; batch < 20 && !stopped(); batch += 1) {
+        const n = await deps.expiredKeys.purgeExpired(keyPurgeBatch);
+        purged += n;
+        if (n < keyPurgeBatch) break;
+      }
+      if (purged > 0) deps.log.info({ count: purged }, 'expired idempotency keys deleted');
+    },
+  };
 }
 
-/**
- * The convergence worker of docs/interfaces.md §9, one per replica. Every poll (with jitter, so
- * replicas do not poll in step) it reads the pending-disable figures for the metrics and claims
- * due rows up to its free capacity, with FOR UPDATE SKIP LOCKED and a lease. A claimed row is run
- * by the same pipeline as a request, to the end or to its next failure, which releases it with a
- * capped exponential backoff. A replica that dies leaves its lease to run out: the row is then
- * due again and any replica takes it over.
- */
-export function createConvergenceWorker(deps: WorkerDeps) {
-  const { stores, runner, settings, metrics, log } = deps;
-  const { queue } = stores;
-  const running = new Set<Promise<void>>();
-  let timer: NodeJS.Timeout | undefined;
-  let polling: Promise<void> | undefined;
-  let stopped = false;
-  const keyPurge = new ExpiredKeyPurge(deps);
-
-  /** Claims per settling round of the write-ahead record, and rounds per poll at most. */
-  const recordedClaimSize = 500;
-  const recordedRoundsPerPoll = 10;
-  let settlingRecorded: Promise<void> | undefined;
-
-  /**
-   * Settles the write-ahead record's due rows (calls whose run could not settle them), claimed a
-   * few hundred at a time with a lease; one settling at a time per replica, beside the runs.
-   */
-  function settleRecorded(): void {
-    if (settlingRecorded || stopped) return;
-    settlingRecorded = (async () => {
-      for (let round = 0; round < recordedRoundsPerPoll && !stopped; round += 1) {
-        const claim = await stores.sentPauses.claimDue(deps.owner, settings.leaseMs, recordedClaimSize);
-        if (!claim) break;
-        const settled = await runner.settleRecorded(claim, stores);
-        metrics.unsettledCampaignsSettled.inc(settled);
-        if (settled > 0) log.info({ count: settled }, 'unsettled campaigns settled');
-      }
-    })()
-      .catch((error: unknown) => {
-        log.warn({ reason: (error as Error).message, ...sqlstateFields(error) }, 'could not settle recorded pause calls; trying again');
-      })
-      .finally(() => {
-        settlingRecorded = undefined;
-      });
-  }
-
-  async function poll(): Promise<void> {
-    try {
-      await keyPurge
-        .run(() => stopped)
-        .catch((error: unknown) => {
-          log.warn(
-            { reason: (error as Error).message, ...sqlstateFields(error) },
-            'could not delete expired idempotency keys; trying again later',
-          );
-        });
-      const stats = await queue.pendingStats();
+/** The queue's figures for the metrics, read every poll; unsettled calls wake the write-ahead settling. */
+function queueGauges(deps: Pick<WorkerDeps, 'stores' | 'metrics' | 'settings'>, settling: { nudge(): void }): Chore {
+  const { metrics } = deps;
+  return {
+    name: 'pending_disable_gauges',
+    everyMs: deps.settings.pollIntervalMs,
+    async run() {
+      const stats = await deps.stores.queue.pendingStats();
       metrics.pendingDisables.set(stats.count);
       metrics.pendingDisablesOldestAge.set(stats.oldestAgeSeconds);
       metrics.unsettledCampaigns.set(stats.unsettled.count);
       metrics.unsettledCampaignsOldestAge.set(stats.unsettled.oldestAgeSeconds);
-      if (stats.unsettled.count > 0) settleRecorded();
-      const free = settings.concurrency - running.size;
-      if (stopped || free <= 0 || stats.count === 0) return;
-      for (const claim of await queue.claimDue(deps.owner, settings.leaseMs, free)) {
-        const run = attempt(claim, deps).catch((error: unknown) => {
-          log.error(
-            { agentId: claim.agentId, reason: (error as Error).message, ...sqlstateFields(error) },
-            'pending disable attempt crashed',
-          );
-        });
-        running.add(run);
-        void run.finally(() => running.delete(run));
-      }
-    } catch (error) {
-      log.warn({ reason: (error as Error).message, ...sqlstateFields(error) }, 'convergence worker could not poll; trying again');
-    }
-  }
-
-  function schedule(): void {
-    if (stopped) return;
-    const delay = settings.pollIntervalMs * (0.5 + Math.random());
-    timer = setTimeout(() => {
-      polling = poll().finally(() => {
-        polling = undefined;
-        schedule();
-      });
-    }, delay);
-  }
-
-  return {
-    start(): void {
-      stopped = false;
-      polling = poll().finally(() => {
-        polling = undefined;
-        schedule();
-      });
+      if (stats.unsettled.count > 0) settling.nudge();
     },
+  };
+}
+
+/** Claims of the write-ahead record per settling round, and rounds in a row at most. */
+const recordedClaimSize = 500;
+const recordedRoundsPerPoll = 10;
+
+/**
+ * The write-ahead settling, an instance of the poll loop: the record's due rows (calls whose run
+ * could not settle them), claimed a few hundred at a time with a lease, one claim at a time per
+ * replica beside the runs, woken by the queue's figures when there are any.
+ */
+function writeAheadSettling(deps: WorkerDeps, clock: Clock | undefined): PollLoop<RecordedClaim> {
+  const { stores, runner, metrics, log } = deps;
+  const work: PollWork<RecordedClaim> = {
+    name: 'write_ahead_settling',
+    claim: async (_free, leaseMs) => {
+      const claim = await stores.sentPauses.claimDue(deps.owner, leaseMs, recordedClaimSize);
+      return claim ? [claim] : [];
+    },
+    work: async (claim) => {
+      try {
+        const settled = await runner.settleRecorded(claim, stores);
+        metrics.unsettledCampaignsSettled.inc(settled);
+        if (settled > 0) log.info({ count: settled }, 'unsettled campaigns settled');
+      } catch (error) {
+        // A dependency, not a bug: the rows' lease runs out and the next round takes them again.
+        log.warn({ reason: (error as Error).message, ...sqlstateFields(error) }, 'could not settle recorded pause calls; trying again');
+      }
+    },
+  };
+  const settings = {
+    pollIntervalMs: undefined,
+    concurrency: 1,
+    leaseMs: deps.settings.leaseMs,
+    roundsPerPoll: recordedRoundsPerPoll,
+    drainOnStop: true,
+  };
+  return new PollLoop(work, settings, { log, metrics, clock });
+}
+
+/**
+ * The convergence worker of docs/interfaces.md §9, one per replica, as instances of src/workers/:
+ * its poll loop claims due pending disables up to its free capacity (FOR UPDATE SKIP LOCKED and a
+ * lease, polled with jitter so replicas do not poll in step) and runs each by the same pipeline as
+ * a request, to the end or to its next failure, which releases it with a capped exponential
+ * backoff; a replica that dies leaves its lease to run out, and any replica takes the row over.
+ * Beside it: the write-ahead settling's loop, and the housekeeping of the queue's figures and of
+ * expired idempotency keys. The service starts and stops the three through its resources.
+ */
+export function createConvergenceWorker(deps: WorkerDeps & { clock?: Clock }) {
+  const { stores, settings, metrics, log, clock } = deps;
+  const convergence = new PollLoop<ClaimedDisable>(
+    {
+      name: 'convergence',
+      claim: (free, leaseMs) => stores.queue.claimDue(deps.owner, leaseMs, free),
+      work: (claim) => attempt(claim, deps),
+      describe: (claim) => ({ agentId: claim.agentId, networkId: claim.networkId }),
+    },
+    { pollIntervalMs: settings.pollIntervalMs, concurrency: settings.concurrency, leaseMs: settings.leaseMs },
+    { log, metrics, clock },
+  );
+  const settling = writeAheadSettling(deps, clock);
+  const housekeeping = new Housekeeping([queueGauges(deps, settling), expiredKeyPurge(deps)], { log, metrics, clock });
+  return {
+    /** The loops, for the service's resources (started in this order, stopped in reverse). */
+    loops: [housekeeping, settling, convergence] as const,
     /** Stops claiming; running attempts go on (the runner stops them between batches at shutdown). */
     async stop(): Promise<void> {
-      stopped = true;
-      clearTimeout(timer);
-      await polling;
-      await settlingRecorded;
+      await Promise.all([convergence.stop(), settling.stop(), housekeeping.stop()]);
     },
     /** Resolves when the settling of recorded calls under way, if any, has ended (tests). */
-    async settled(): Promise<void> {
-      await settlingRecorded;
-    },
+    settled: () => settling.drained(),
     /** Resolves when every attempt this worker started has ended. */
-    async drained(): Promise<void> {
-      while (running.size > 0) await Promise.allSettled([...running]);
+    drained: () => convergence.drained(),
+    /** One poll now (tests): the queue's figures, then the claims of due disables. */
+    async pollNow(): Promise<void> {
+      await housekeeping.runNow(['pending_disable_gauges']);
+      await convergence.pollNow();
     },
-    /** Runs one poll now (tests). */
-    pollNow: poll,
   };
 }

@@ -5,7 +5,9 @@ import type { Clock } from '../clock.js';
 import type { BreakerSettings, Config, PipelineSettings, WorkerSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import { createBreaker } from '../stores/breaker.js';
+import type { CampaignStateStore } from '../stores/campaign-state.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
+import type { SpendManagementClient } from '../stores/spend-management.js';
 import { createConvergenceWorker } from './convergence-worker.js';
 import type { PausePorts, RunStores } from './disable-run.js';
 import { DisableRunner, maxBatchSize } from './disable-runs.js';
@@ -58,9 +60,9 @@ export interface ProtocolDeps {
   /** Requests' statements (their claim checks on a pool of their own) and the worker's. */
   stores: RunStores;
   workerStores: RunStores;
-  /** The two calls that pause campaigns outside the database; each is put behind its breaker here. */
-  pauseSpendingPeriods: (campaignIds: readonly string[], callKey: string) => Promise<{ confirmed: string[] }>;
-  markPausedInCampaignState: (campaignIds: readonly string[]) => Promise<{ confirmed: string[] }>;
+  /** The two stores that pause campaigns outside the database, as they are; each is put behind its breaker here. */
+  spendManagement: Pick<SpendManagementClient, 'pauseSpendingPeriods'>;
+  campaignState: Pick<CampaignStateStore, 'markPaused'>;
   /** Idempotency keys, whose expired rows the worker deletes. */
   expiredKeys: Pick<IdempotencyKeys, 'purgeExpired'>;
   metrics: Metrics;
@@ -81,13 +83,13 @@ export function createDisableProtocol(deps: ProtocolDeps) {
   const { settings, metrics } = deps;
   const spendBreaker = createBreaker(
     'spend_management',
-    deps.pauseSpendingPeriods,
+    (campaignIds: readonly string[], callKey: string) => deps.spendManagement.pauseSpendingPeriods(campaignIds, callKey),
     { ...settings.breaker, operation: 'pause_spending_periods' },
     metrics,
   );
   const stateBreaker = createBreaker(
     'redis',
-    deps.markPausedInCampaignState,
+    (campaignIds: readonly string[]) => deps.campaignState.markPaused(campaignIds),
     { ...settings.breaker, operation: 'mark_campaigns_paused' },
     metrics,
   );
@@ -98,10 +100,12 @@ export function createDisableProtocol(deps: ProtocolDeps) {
     settings.pipeline.workerCallMaxWaitMs,
   );
   const ports: PausePorts = {
-    // The claim is checked inside the slot: a batch that waited for capacity while an enable
-    // answered, or while another replica took the disable over, is never sent.
-    pauseSpending: (batch, mayStart, owner) =>
-      slots.run(owner, async () => ((await mayStart()) ? spendBreaker.fire(batch.campaignIds, batch.callKey) : undefined)),
+    // The run asks for a slot and checks its claim inside it: a batch that waited for capacity
+    // while an enable answered, or while another replica took the disable over, is never sent.
+    async spendSlot(owner) {
+      const slot = await slots.acquire(owner);
+      return { pause: (batch) => spendBreaker.fire(batch.campaignIds, batch.callKey), release: () => slot.release() };
+    },
     markPausedInStore: (ids) => stateBreaker.fire(ids),
   };
   const { worker: workerSettings } = settings;
@@ -155,6 +159,7 @@ export function createDisableProtocol(deps: ProtocolDeps) {
     metrics,
     log: deps.log,
     expiredKeys: deps.expiredKeys,
+    clock: deps.clock,
   });
   return { runner, useCase, bulk, worker, breakers: { spendManagement: spendBreaker.breaker, redis: stateBreaker.breaker } };
 }

@@ -12,13 +12,16 @@ import type { CallOwner } from './spend-scheduler.js';
 
 /** The stores a run pauses campaigns in, each behind its breaker; both resolve with what they confirmed. */
 export interface PausePorts {
-  /**
-   * Waits for a spend-management slot, then asks `mayStart` (the claim check, which records the
-   * call in the write-ahead record) inside it, and only when that says yes sends the call with the
-   * batch's idempotency key. undefined: the call was not sent.
-   */
-  pauseSpending: (batch: SentBatch, mayStart: () => Promise<boolean>, owner: CallOwner) => Promise<{ confirmed: string[] } | undefined>;
-  markPausedInStore: (campaignIds: readonly string[]) => Promise<{ confirmed: string[] }>;
+  /** Waits for a spend-management slot in `owner`'s turn; the run checks its claim inside it before it calls. */
+  spendSlot(owner: CallOwner): Promise<SpendSlot>;
+  markPausedInStore(campaignIds: readonly string[]): Promise<{ confirmed: string[] }>;
+}
+
+/** One spend-management slot, held until released (releasing twice releases once). */
+export interface SpendSlot {
+  /** The call, with the batch's idempotency key, in this slot. */
+  pause(batch: SentBatch): Promise<{ confirmed: string[] }>;
+  release(): void;
 }
 
 export interface RunStores {
@@ -315,7 +318,14 @@ export class DisableRun {
         spend = outcome;
         sharedStore = outcome?.stored;
       } else {
-        spend = await this.side.ports.pauseSpending(batch, () => this.mayStart(batch, recorded), this.owner);
+        // The slot first, then the claim check (which records the call in the write-ahead record)
+        // inside it; only when that says yes is the call sent. undefined: it was not sent.
+        const slot = await this.side.ports.spendSlot(this.owner);
+        try {
+          spend = (await this.mayStart(batch, recorded)) ? await slot.pause(batch) : undefined;
+        } finally {
+          slot.release();
+        }
       }
     } catch (error) {
       this.stops.fail(error);

@@ -244,9 +244,10 @@ export class DisableRunner {
         const owner: CallOwner = { networkId: '', agentId: call.agentId, background: true };
         // A part of a shared call is repeated as the whole call it was sent in; only its own campaigns are its to settle.
         const sent = call.sentAs ?? { campaignIds: call.campaignIds, callKey: call.callKey };
-        const again = await this.ports.pauseSpending(sent, async () => true, owner);
+        const slot = await this.ports.spendSlot(owner);
+        const again = await slot.pause(sent).finally(() => slot.release());
         const own = new Set(call.campaignIds);
-        confirmed = (again?.confirmed ?? []).filter((id) => own.has(id));
+        confirmed = again.confirmed.filter((id) => own.has(id));
         if (confirmed.length === 0) {
           await stores.sentPauses.forget([call.callKey]);
           return 0;

@@ -100,31 +100,48 @@ export class SpendScheduler {
     return this.active;
   }
 
-  /** Runs `task` in a slot, when its turn comes. */
+  /** Runs `task` in a slot, when its turn comes (started in the turn of the slot that freed). */
   run<T>(owner: CallOwner, task: () => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const start: Start = () => {
-        this.active += 1;
-        task()
-          .then(resolve, reject)
-          .finally(() => {
-            this.active -= 1;
-            this.dispatch();
-          });
-      };
-      if (owner.background) {
-        this.background.lane(owner.agentId, () => new Fifo()).push(start);
-        this.backgroundSince.push(this.now());
-      } else {
-        const agents = this.requests.lane(owner.networkId, () => new Turns());
-        if (agents.size >= this.maxQueuedPerNetwork) {
-          reject(new DependencyError('spend_management', 'busy', 'too many calls of this network waiting for a slot'));
-          return;
-        }
-        agents.lane(owner.agentId, () => new Fifo()).push(start);
-      }
-      this.dispatch();
+      this.enqueue(
+        owner,
+        (release) => {
+          task().then(resolve, reject).finally(release);
+        },
+        reject,
+      );
     });
+  }
+
+  /** A slot, when `owner`'s turn comes; held until released (releasing twice releases once). */
+  acquire(owner: CallOwner): Promise<{ release(): void }> {
+    return new Promise((resolve, reject) => this.enqueue(owner, (release) => resolve({ release }), reject));
+  }
+
+  /** Queues `owner`'s wait for a slot: `granted` is called with its release once the turn comes. */
+  private enqueue(owner: CallOwner, granted: (release: () => void) => void, reject: (error: unknown) => void): void {
+    const start: Start = () => {
+      this.active += 1;
+      let held = true;
+      granted(() => {
+        if (!held) return;
+        held = false;
+        this.active -= 1;
+        this.dispatch();
+      });
+    };
+    if (owner.background) {
+      this.background.lane(owner.agentId, () => new Fifo()).push(start);
+      this.backgroundSince.push(this.now());
+    } else {
+      const agents = this.requests.lane(owner.networkId, () => new Turns());
+      if (agents.size >= this.maxQueuedPerNetwork) {
+        reject(new DependencyError('spend_management', 'busy', 'too many calls of this network waiting for a slot'));
+        return;
+      }
+      agents.lane(owner.agentId, () => new Fifo()).push(start);
+    }
+    this.dispatch();
   }
 
   private dispatch(): void {

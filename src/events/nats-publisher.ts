@@ -43,15 +43,28 @@ const subjectOf = (prefix: string, event: Pick<OutboxEvent, 'networkId' | 'type'
  * mark publishes again) within its duplicate window.
  */
 export function createNatsPublisher(settings: NatsSettings, log: Logger): EventPublisher {
-  let connection: NatsConnection | undefined;
-  let client: JetStreamClient | undefined;
-  /** False between a disconnect and the reconnect: publishes fail at once rather than wait out their time-out. */
-  let linked = false;
-  let closed = false;
-  let retry: NodeJS.Timeout | undefined;
-  let connecting: Promise<void> | undefined;
+  const publisher = new NatsPublisher(settings, log);
+  publisher.open();
+  return publisher;
+}
 
-  async function ensureStream(nc: NatsConnection): Promise<void> {
+/** The connection and its JetStream client, reconnecting by itself; publishes fail fast while unlinked. */
+class NatsPublisher implements EventPublisher {
+  private connection: NatsConnection | undefined;
+  private client: JetStreamClient | undefined;
+  /** False between a disconnect and the reconnect: publishes fail at once rather than wait out their time-out. */
+  private linked = false;
+  private closed = false;
+  private retry: NodeJS.Timeout | undefined;
+  private connecting: Promise<void> | undefined;
+
+  constructor(
+    private readonly settings: NatsSettings,
+    private readonly log: Logger,
+  ) {}
+
+  private async ensureStream(nc: NatsConnection): Promise<void> {
+    const { settings, log } = this;
     if (!settings.createStream) return;
     const manager = await jetstreamManager(nc, { timeout: settings.publishTimeoutMs });
     try {
@@ -67,77 +80,83 @@ export function createNatsPublisher(settings: NatsSettings, log: Logger): EventP
     }
   }
 
-  function open(): void {
-    if (closed || connecting) return;
-    connecting = (async () => {
-      try {
-        const nc = await connect({
-          servers: settings.url.split(','),
-          name: 'partner-agent-status',
-          maxReconnectAttempts: -1,
-          reconnectTimeWait: 1_000,
-          timeout: settings.publishTimeoutMs,
-        });
-        if (closed) {
-          await nc.close();
-          return;
-        }
-        await ensureStream(nc).catch((error: unknown) => {
-          log.warn({ stream: settings.stream, reason: (error as Error).message }, 'could not create the events stream');
-        });
-        connection = nc;
-        client = jetstream(nc, { timeout: settings.publishTimeoutMs });
-        linked = true;
-        log.info('connected to NATS for events');
-        void (async () => {
-          for await (const status of nc.status()) {
-            if (status.type === 'disconnect') {
-              linked = false;
-              log.warn('lost the NATS connection for events; reconnecting');
-            } else if (status.type === 'reconnect') {
-              linked = true;
-              log.info('reconnected to NATS for events');
-            }
-          }
-        })().catch(() => undefined);
-        void nc.closed().then(() => {
-          if (connection === nc) connection = undefined;
-          if (!closed) open();
-        });
-      } catch (error) {
-        log.warn({ reason: (error as Error).message }, 'could not connect to NATS for events; trying again');
-        retry = setTimeout(open, 1_000);
-      } finally {
-        connecting = undefined;
-      }
-    })();
+  open(): void {
+    if (this.closed || this.connecting) return;
+    this.connecting = this.connect().finally(() => {
+      this.connecting = undefined;
+    });
   }
-  open();
 
-  return {
-    async publish(event) {
-      const nc = connection;
-      const js = client;
-      if (!nc || !js || !linked || nc.isClosed()) throw new PublishError('not_connected', 'no connection to NATS');
-      try {
-        const ack = await js.publish(subjectOf(settings.subjectPrefix, event), event.event, {
-          msgID: event.id,
-          timeout: settings.publishTimeoutMs,
-        });
-        return { duplicate: ack.duplicate };
-      } catch (error) {
-        throw classify(error);
+  private async connect(): Promise<void> {
+    const { settings, log } = this;
+    try {
+      const nc = await connect({
+        servers: settings.url.split(','),
+        name: 'partner-agent-status',
+        maxReconnectAttempts: -1,
+        reconnectTimeWait: 1_000,
+        timeout: settings.publishTimeoutMs,
+      });
+      if (this.closed) {
+        await nc.close();
+        return;
       }
-    },
-    async close() {
-      closed = true;
-      clearTimeout(retry);
-      await connecting;
-      const nc = connection;
-      connection = undefined;
-      if (nc) await nc.close().catch(() => undefined);
-    },
-  };
+      await this.ensureStream(nc).catch((error: unknown) => {
+        log.warn({ stream: settings.stream, reason: (error as Error).message }, 'could not create the events stream');
+      });
+      this.connection = nc;
+      this.client = jetstream(nc, { timeout: settings.publishTimeoutMs });
+      this.linked = true;
+      log.info('connected to NATS for events');
+      this.watch(nc);
+    } catch (error) {
+      log.warn({ reason: (error as Error).message }, 'could not connect to NATS for events; trying again');
+      this.retry = setTimeout(() => this.open(), 1_000);
+    }
+  }
+
+  /** Follows the connection's status: unlinked while it reconnects, opened again once closed. */
+  private watch(nc: NatsConnection): void {
+    void (async () => {
+      for await (const status of nc.status()) {
+        if (status.type === 'disconnect') {
+          this.linked = false;
+          this.log.warn('lost the NATS connection for events; reconnecting');
+        } else if (status.type === 'reconnect') {
+          this.linked = true;
+          this.log.info('reconnected to NATS for events');
+        }
+      }
+    })().catch(() => undefined);
+    void nc.closed().then(() => {
+      if (this.connection === nc) this.connection = undefined;
+      if (!this.closed) this.open();
+    });
+  }
+
+  async publish(event: OutboxEvent): Promise<{ duplicate: boolean }> {
+    const nc = this.connection;
+    const js = this.client;
+    if (!nc || !js || !this.linked || nc.isClosed()) throw new PublishError('not_connected', 'no connection to NATS');
+    try {
+      const ack = await js.publish(subjectOf(this.settings.subjectPrefix, event), event.event, {
+        msgID: event.id,
+        timeout: this.settings.publishTimeoutMs,
+      });
+      return { duplicate: ack.duplicate };
+    } catch (error) {
+      throw classify(error);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.retry);
+    await this.connecting;
+    const nc = this.connection;
+    this.connection = undefined;
+    if (nc) await nc.close().catch(() => undefined);
+  }
 }
 
 function classify(error: unknown): PublishError {

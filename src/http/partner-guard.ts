@@ -46,6 +46,47 @@ export interface GuardSettings {
  * flooding bad keys on kept-alive connections then sends about one request a second per
  * connection, and the partners' requests keep the process (`npm run bench -- --only=flood`).
  */
+/**
+ * Requests without a valid key in the current and the previous second: shedding starts only under
+ * a flood of them, never for the odd typo of a busy replica. Once it has started it goes on for
+ * sheddingSeconds after the flood last made the process busy: held requests slow the flood down,
+ * and the process is idle again, which must not end the shedding at once.
+ */
+class FloodWatch {
+  private second = 0;
+  private thisSecond = 0;
+  private lastSecond = 0;
+  private sheddingUntil = 0;
+  private readonly utilization: number;
+  private readonly maxDelayMs: number;
+
+  constructor(
+    settings: Pick<GuardSettings, 'overloadUnauthenticatedUtilizationPercent' | 'overloadMaxEventLoopDelayMs'>,
+    private readonly pressure: (() => { eventLoopDelay: number; eventLoopUtilized: number }) | undefined,
+  ) {
+    this.utilization = settings.overloadUnauthenticatedUtilizationPercent / 100;
+    this.maxDelayMs = settings.overloadMaxEventLoopDelayMs / 4;
+  }
+
+  /** Counts one request without a valid key; whether it is shed. */
+  sheds(): boolean {
+    if (this.utilization >= 1) return false;
+    const now = Math.floor(performance.now() / 1_000);
+    if (now !== this.second) {
+      this.lastSecond = now === this.second + 1 ? this.thisSecond : 0;
+      this.thisSecond = 0;
+      this.second = now;
+    }
+    this.thisSecond += 1;
+    if (Math.max(this.thisSecond, this.lastSecond) >= floodPerSecond) {
+      const figures = this.pressure?.();
+      const busy = figures !== undefined && (figures.eventLoopUtilized >= this.utilization || figures.eventLoopDelay > this.maxDelayMs);
+      if (busy) this.sheddingUntil = now + sheddingSeconds;
+    }
+    return now < this.sheddingUntil;
+  }
+}
+
 /** How long a shed unauthenticated request is held before its 503, and how many are held at once. */
 const holdMs = 1_000;
 const maxHeld = 1_024;
@@ -73,35 +114,8 @@ async function partnerHooks(app: FastifyInstance, settings: GuardSettings): Prom
 
   // under-pressure's figures (registered in the same scope, src/http/route-table.ts).
   const pressure = (app as FastifyInstance & { memoryUsage?: () => { eventLoopDelay: number; eventLoopUtilized: number } }).memoryUsage;
-  const unauthenticatedMaxDelayMs = settings.overloadMaxEventLoopDelayMs / 4;
-  const utilization = settings.overloadUnauthenticatedUtilizationPercent / 100;
+  const flood = new FloodWatch(settings, pressure);
   let held = 0;
-  // Requests without a valid key in the current and the previous second: shedding starts only
-  // under a flood of them, never for the odd typo of a busy replica. Once it has started it goes on
-  // for sheddingSeconds after the flood last made the process busy: held requests slow the flood
-  // down, and the process is idle again, which must not end the shedding at once.
-  let second = 0;
-  let unauthenticatedThisSecond = 0;
-  let unauthenticatedLastSecond = 0;
-  let sheddingUntil = 0;
-  /** Whether a request without a valid key is shed now: a flood of them made the process busy lately. */
-  function shedsUnauthenticated(): boolean {
-    if (utilization >= 1) return false;
-    const now = Math.floor(performance.now() / 1_000);
-    if (now !== second) {
-      unauthenticatedLastSecond = now === second + 1 ? unauthenticatedThisSecond : 0;
-      unauthenticatedThisSecond = 0;
-      second = now;
-    }
-    unauthenticatedThisSecond += 1;
-    if (Math.max(unauthenticatedThisSecond, unauthenticatedLastSecond) >= floodPerSecond) {
-      const figures = pressure?.();
-      const busy =
-        figures !== undefined && (figures.eventLoopUtilized >= utilization || figures.eventLoopDelay > unauthenticatedMaxDelayMs);
-      if (busy) sheddingUntil = now + sheddingSeconds;
-    }
-    return now < sheddingUntil;
-  }
 
   async function shed(request: FastifyRequest, reply: FastifyReply) {
     request.audit.outcome = 'unauthenticated_shed';
@@ -120,7 +134,7 @@ async function partnerHooks(app: FastifyInstance, settings: GuardSettings): Prom
     if (!partner) {
       const reason = typeof apiKey === 'string' && apiKey.length > 0 ? 'unknown' : 'missing';
       authFailures[reason].inc();
-      if (shedsUnauthenticated()) return shed(request, reply);
+      if (flood.sheds()) return shed(request, reply);
       return sendProblem(
         reply,
         problem('unauthorized', reason === 'missing' ? partnerTexts.missingKey : partnerTexts.unknownKey, request.id),

@@ -196,6 +196,18 @@ function disableMetrics(registry: Registry) {
       labelNames: ['outcome'] as const,
       registers: [registry],
     }),
+    backgroundLoopClaimed: new Counter({
+      name: 'background_loop_claimed_total',
+      help: 'Items a background poll loop of this replica claimed, by loop (convergence, write_ahead_settling).',
+      labelNames: ['loop'] as const,
+      registers: [registry],
+    }),
+    backgroundLoopFailures: new Counter({
+      name: 'background_loop_failures_total',
+      help: 'Failures of the background loops, by loop and stage: a claim that failed (claim), a work that crashed (work), or a housekeeping chore (its name).',
+      labelNames: ['loop', 'stage'] as const,
+      registers: [registry],
+    }),
     campaignsNotConfirmed: new Counter({
       name: 'campaigns_not_confirmed_total',
       help: 'Campaigns a store answered about but did not confirm paused (left out by spend management, refused by Redis); retried by the worker.',

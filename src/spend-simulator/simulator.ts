@@ -62,10 +62,21 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
   const keep = options.keepRequests ?? 1_000;
   const paused = new Set<string>();
   let requests: SimulatorRequest[] = [];
-  let mode: SimulatorMode = 'ok';
-  let delayMs = 1_000;
-  let failStatus = 503;
-  let failAfter = 0;
+  // How it answers, as the last PUT /_simulator/mode (or setMode) set it.
+  const behaviour: { mode: SimulatorMode; delayMs: number; failStatus: number; failAfter: number } = {
+    mode: 'ok',
+    delayMs: 1_000,
+    failStatus: 503,
+    failAfter: 0,
+  };
+  const setBehaviour = (mode: SimulatorMode, settings: { delayMs?: number; failStatus?: number; failAfter?: number }) => {
+    Object.assign(behaviour, {
+      mode,
+      delayMs: settings.delayMs ?? behaviour.delayMs,
+      failStatus: settings.failStatus ?? behaviour.failStatus,
+      failAfter: settings.failAfter ?? 0,
+    });
+  };
   /** Campaigns the simulator leaves out of `paused` (an answer about single campaigns). */
   const refused = new Set<string>();
   /**
@@ -112,10 +123,10 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
       if (seen.size > keep * 100) seen.delete(seen.keys().next().value!);
     }
 
-    if (mode === 'fail' && failAfter > 0) failAfter -= 1;
-    else if (mode === 'fail') return reply.code(failStatus).send({ error: 'simulated failure' });
-    if (mode === 'hang') return new Promise<never>(() => undefined); // ends when the server closes
-    if (mode === 'slow') await new Promise((resolve) => setTimeout(resolve, delayMs));
+    if (behaviour.mode === 'fail' && behaviour.failAfter > 0) behaviour.failAfter -= 1;
+    else if (behaviour.mode === 'fail') return reply.code(behaviour.failStatus).send({ error: 'simulated failure' });
+    if (behaviour.mode === 'hang') return new Promise<never>(() => undefined); // ends when the server closes
+    if (behaviour.mode === 'slow') await new Promise((resolve) => setTimeout(resolve, behaviour.delayMs));
     if (earlier) return { paused: earlier };
     const accepted = request.body.campaignIds.filter((id) => !refused.has(id));
     for (const id of accepted) paused.add(id);
@@ -126,21 +137,15 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
 
   app.get('/healthz', async () => ({ status: 'ok' }));
   app.get('/_simulator/state', async () => ({
-    mode,
-    delayMs,
-    failStatus,
-    failAfter,
+    ...behaviour,
     pausedCount: paused.size,
     requestCount: requests.length,
     strictKeys,
     keysReused,
   }));
   app.put('/_simulator/mode', { schema: { body: ModeBody } }, async (request) => {
-    mode = request.body.mode;
-    delayMs = request.body.delayMs ?? delayMs;
-    failStatus = request.body.failStatus ?? failStatus;
-    failAfter = request.body.failAfter ?? 0;
-    return { mode, delayMs, failStatus, failAfter };
+    setBehaviour(request.body.mode, request.body);
+    return { ...behaviour };
   });
   app.get('/_simulator/paused/:campaignId', async (request) => {
     const { campaignId } = request.params as { campaignId: string };
@@ -170,11 +175,8 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     seen.clear();
     keysReused = 0;
     requests = [];
-    mode = 'ok';
-    delayMs = 1_000;
-    failStatus = 503;
-    failAfter = 0;
-    return { mode, delayMs, failStatus, failAfter };
+    Object.assign(behaviour, { mode: 'ok', delayMs: 1_000, failStatus: 503, failAfter: 0 });
+    return { ...behaviour };
   });
 
   return Object.assign(app, {
@@ -189,10 +191,7 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
         for (const id of campaignIds) refused.add(id);
       },
       setMode(next: SimulatorMode, settings: { delayMs?: number; failStatus?: number; failAfter?: number } = {}) {
-        mode = next;
-        delayMs = settings.delayMs ?? delayMs;
-        failStatus = settings.failStatus ?? failStatus;
-        failAfter = settings.failAfter ?? 0;
+        setBehaviour(next, settings);
       },
     },
   });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { injectStatusBody } from '../support/partner.js';
+import { injectStatusBody, statusPath } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 const db = testDatabase();
@@ -138,7 +138,7 @@ describe('authentication: an x-api-key bound to one network, checked before anyt
     expect((await post({ agentId, enabled: false }, { authorization: `Bearer ${keyA}` })).statusCode).toBe(401);
     const viaQuery = await svc.app.inject({
       method: 'POST',
-      url: `/partner/agents/status?x-api-key=${keyA}&api_key=${keyA}`,
+      url: `${statusPath}?x-api-key=${keyA}&api_key=${keyA}`,
       headers: { 'content-type': 'application/json' },
       payload: JSON.stringify({ agentId, enabled: false }),
     });
@@ -218,7 +218,7 @@ describe('validation: a strict body, 400/413/415 as problem+json, nothing change
   it('answers 400 for an empty body', async () => {
     const response = await svc.app.inject({
       method: 'POST',
-      url: '/partner/agents/status',
+      url: statusPath,
       headers: { 'x-api-key': keyA, 'content-type': 'application/json' },
     });
     expect(response.statusCode).toBe(400);
@@ -284,7 +284,7 @@ describe('every response carries x-request-id', () => {
     for (const request of [
       { method: 'GET' as const, url: '/livez' },
       { method: 'GET' as const, url: '/partner/agents/us-east-1:00000000-0000-4000-8000-000000000000/status' },
-      { method: 'POST' as const, url: '/partner/agents/status', payload: '{}' },
+      { method: 'POST' as const, url: statusPath, payload: '{}' },
     ]) {
       const withKey = await seen(keyA, request);
       const withLookalike = await seen(lookalike, request);

@@ -3,6 +3,7 @@ import LinkHeader from 'http-link-header';
 import { parseItem } from 'structured-headers';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { injectStatusBody, statusPath, urls } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { waitFor } from '../support/wait.js';
 
@@ -70,12 +71,7 @@ afterAll(async () => {
 type Headers = Record<string, string>;
 
 function post(service: TestService, apiKey: string, body: unknown, headers: Headers = {}) {
-  return service.app.inject({
-    method: 'POST',
-    url: '/partner/agents/status',
-    headers: { 'content-type': 'application/json', 'x-api-key': apiKey, ...headers },
-    payload: JSON.stringify(body),
-  });
+  return injectStatusBody(service.app, apiKey, body, headers);
 }
 
 function get(service: TestService, apiKey: string, url: string, headers: Headers = {}) {
@@ -86,11 +82,8 @@ function get(service: TestService, apiKey: string, url: string, headers: Headers
 function routes(agentId: string): Array<[string, (headers: Headers, apiKey?: string) => ReturnType<typeof post>]> {
   return [
     ['POST /partner/agents/status', (headers, apiKey = key) => post(svc, apiKey, { agentId, enabled: true }, headers)],
-    ['GET /partner/agents/{agentId}/status', (headers, apiKey = key) => get(svc, apiKey, `/partner/agents/${agentId}/status`, headers)],
-    [
-      'GET /partner/agents/{agentId}/status-changes',
-      (headers, apiKey = key) => get(svc, apiKey, `/partner/agents/${agentId}/status-changes`, headers),
-    ],
+    ['GET /partner/agents/{agentId}/status', (headers, apiKey = key) => get(svc, apiKey, urls.agentStatus(agentId), headers)],
+    ['GET /partner/agents/{agentId}/status-changes', (headers, apiKey = key) => get(svc, apiKey, urls.statusChanges(agentId), headers)],
   ];
 }
 
@@ -148,7 +141,7 @@ describe('the version a request is answered in', () => {
 
   it('is written in the access line and counted by partner and version', async () => {
     const agentId = await db.agent(networkA);
-    const response = await get(svc, pinnedKey, `/partner/agents/${agentId}/status`);
+    const response = await get(svc, pinnedKey, urls.agentStatus(agentId));
     const line = await waitFor(
       () =>
         svc.logs.records().find((record) => record.msg === 'request completed' && record.requestId === response.headers['x-request-id']),
@@ -168,10 +161,7 @@ describe('an unknown version', () => {
       expectUnsupported(await post(svc, key, { agentId, enabled: false }, { 'partner-api-version': value }), ['2026-11-21', '2026-12-01']);
       expect(await db.changeCount(agentId)).toBe(before);
       expect(await db.agentApproved(agentId)).toBe(true);
-      expectUnsupported(await get(svc, key, `/partner/agents/${agentId}/status`, { 'partner-api-version': value }), [
-        '2026-11-21',
-        '2026-12-01',
-      ]);
+      expectUnsupported(await get(svc, key, urls.agentStatus(agentId), { 'partner-api-version': value }), ['2026-11-21', '2026-12-01']);
     });
   }
 
@@ -208,9 +198,9 @@ describe('a version past its sunset', () => {
   it('comes after the rate limit: over the limit, an unsupported version gets the 429', async () => {
     const agentId = await db.agent(networkSunset);
     for (let i = 0; i < rateLimitMax + 1; i += 1) {
-      await get(sunsetSvc, sunsetKey, `/partner/agents/${agentId}/status`, { 'partner-api-version': '2026-12-01' });
+      await get(sunsetSvc, sunsetKey, urls.agentStatus(agentId), { 'partner-api-version': '2026-12-01' });
     }
-    const known = await get(sunsetSvc, sunsetKey, `/partner/agents/${agentId}/status`, { 'partner-api-version': '2026-12-01' });
+    const known = await get(sunsetSvc, sunsetKey, urls.agentStatus(agentId), { 'partner-api-version': '2026-12-01' });
     expect(known.statusCode).toBe(429);
     expect(known.headers['partner-api-version']).toBe('2026-12-01');
     const unknown = await post(sunsetSvc, sunsetKey, { agentId, enabled: false }, { 'partner-api-version': '2099-01-01' });
@@ -248,7 +238,7 @@ describe('a disable that is recorded but not finished by its answer (spend manag
     const response = await post(svc, key, { agentId, enabled: false }, { 'partner-api-version': '2026-12-01' });
     expect(response.statusCode).toBe(202);
     expect(response.headers['partner-api-version']).toBe('2026-12-01');
-    expect(response.headers.location).toBe(`/partner/agents/${agentId}/status`);
+    expect(response.headers.location).toBe(urls.agentStatus(agentId));
     expect(response.headers['preference-applied']).toBeUndefined();
     expect(response.headers['content-type']).toMatch(/^application\/json/);
     expect(response.json()).toEqual({
@@ -294,7 +284,7 @@ describe('a disable that is recorded but not finished by its answer (spend manag
 describe('a deprecated version', () => {
   it('answers with Deprecation (RFC 9745), Sunset (RFC 8594) and Link rel="deprecation"', async () => {
     const agentId = await db.agent(networkA);
-    const response = await get(svc, key, `/partner/agents/${agentId}/status`, { 'partner-api-version': '2026-11-21' });
+    const response = await get(svc, key, urls.agentStatus(agentId), { 'partner-api-version': '2026-11-21' });
     expect(response.statusCode).toBe(200);
     const [deprecation, parameters] = parseItem(String(response.headers.deprecation));
     expect(deprecation).toBeInstanceOf(Date);
@@ -377,16 +367,16 @@ describe('an Idempotency-Key replay', () => {
 
 describe('the OpenAPI document of each version', () => {
   it('is served with ?version=, the deprecated one marked deprecated; an unknown version is a 400', async () => {
-    const old = await svc.app.inject({ method: 'GET', url: '/partner/openapi.json?version=2026-11-21' });
+    const old = await svc.app.inject({ method: 'GET', url: `${urls.openApi}?version=2026-11-21` });
     expect(old.statusCode).toBe(200);
     const document = old.json();
     expect(document.info.version).toBe('2026-11-21');
-    expect(document.paths['/partner/agents/status'].post.deprecated).toBe(true);
+    expect(document.paths[statusPath].post.deprecated).toBe(true);
     expect(document.components.parameters.PartnerApiVersion.schema.enum).toEqual(['2026-11-21', '2026-12-01']);
-    const newest = (await svc.app.inject({ method: 'GET', url: '/partner/openapi.json' })).json();
+    const newest = (await svc.app.inject({ method: 'GET', url: urls.openApi })).json();
     expect(newest.info.version).toBe('2026-12-01');
-    expect(newest.paths['/partner/agents/status'].post.deprecated).toBeUndefined();
-    const unknown = await svc.app.inject({ method: 'GET', url: '/partner/openapi.json?version=2026-11-22' });
+    expect(newest.paths[statusPath].post.deprecated).toBeUndefined();
+    const unknown = await svc.app.inject({ method: 'GET', url: `${urls.openApi}?version=2026-11-22` });
     expect(unknown.statusCode).toBe(400);
     expect(unknown.json()).toMatchObject({ supportedVersions: ['2026-11-21', '2026-12-01'] });
   });

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { injectStatusBody } from '../support/partner.js';
+import { injectStatusBody, urls } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 // The audit trail, the pending disable row and the read-only status endpoint (docs/interfaces.md §9).
@@ -49,7 +49,7 @@ function post(body: unknown, key: string | null = keyA, service: TestService = s
 }
 
 function getStatus(path: string, key: string | null = keyA) {
-  return svc.app.inject({ method: 'GET', url: `/partner/agents/${path}/status`, headers: key === null ? {} : { 'x-api-key': key } });
+  return svc.app.inject({ method: 'GET', url: urls.agentStatus(path), headers: key === null ? {} : { 'x-api-key': key } });
 }
 
 interface ChangeRow {
@@ -66,11 +66,6 @@ async function changes(agentId: string): Promise<ChangeRow[]> {
     [agentId],
   );
   return rows;
-}
-
-async function pendingRow(agentId: string): Promise<boolean> {
-  const { rows } = await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
-  return rows.length === 1;
 }
 
 /** The response is the given problem, as one comparison (one diff when it is not). */
@@ -138,7 +133,7 @@ describe('agent_status_changes: one row per request that reaches the status stat
     for (let i = 0; i < 2; i += 1) {
       const read = await limitedSvc.app.inject({
         method: 'GET',
-        url: `/partner/agents/${limitedAgent}/status`,
+        url: urls.agentStatus(limitedAgent),
         headers: { 'x-api-key': keyLimited },
       });
       expect(read.statusCode).toBe(200);
@@ -147,7 +142,7 @@ describe('agent_status_changes: one row per request that reaches the status stat
 
     for (const id of [agentId, otherNetworksAgent, limitedAgent]) {
       expect(await changes(id)).toEqual([]);
-      expect(await pendingRow(id)).toBe(false);
+      expect(await db.pendingRow(id)).toBe(false);
       expect(await db.agentApproved(id)).toBe(true);
     }
   });
@@ -173,7 +168,7 @@ describe('pending_disables', () => {
     const agentId = await db.agent(networkA);
     await db.campaigns(agentId, 3);
     expect((await post({ agentId, enabled: false })).statusCode).toBe(200);
-    expect(await pendingRow(agentId)).toBe(false);
+    expect(await db.pendingRow(agentId)).toBe(false);
   });
 
   it('stays while campaigns are left, and is deleted once nothing is left', async () => {
@@ -184,12 +179,12 @@ describe('pending_disables', () => {
     const failed = await post({ agentId, enabled: false });
     const body = problemOf(failed, 500, 'dependency-failure');
     expect(body).toMatchObject({ pausedCampaignCount: 3, remainingCampaignCount: 1 });
-    expect(await pendingRow(agentId)).toBe(true);
+    expect(await db.pendingRow(agentId)).toBe(true);
 
     svc.sim.refuse([]);
     const repeated = await post({ agentId, enabled: false });
     expect(repeated.statusCode).toBe(200);
-    expect(await pendingRow(agentId)).toBe(false);
+    expect(await db.pendingRow(agentId)).toBe(false);
     expect((await db.pausedIds(agentId)).size).toBe(4);
   });
 
@@ -198,10 +193,10 @@ describe('pending_disables', () => {
     const ids = await db.campaigns(agentId, 2);
     svc.sim.refuse(ids);
     problemOf(await post({ agentId, enabled: false }), 500, 'dependency-failure');
-    expect(await pendingRow(agentId)).toBe(true);
+    expect(await db.pendingRow(agentId)).toBe(true);
 
     expect((await post({ agentId, enabled: true })).statusCode).toBe(200);
-    expect(await pendingRow(agentId)).toBe(false);
+    expect(await db.pendingRow(agentId)).toBe(false);
     expect(await db.agentApproved(agentId)).toBe(true);
   });
 });
@@ -308,7 +303,7 @@ describe('GET /partner/agents/{agentId}/status', () => {
     }
     for (const id of [agentId, elsewhere]) {
       expect(await changes(id)).toEqual([]);
-      expect(await pendingRow(id)).toBe(false);
+      expect(await db.pendingRow(id)).toBe(false);
       expect(await db.agentApproved(id)).toBe(true);
     }
     expect((await db.pausedIds(agentId)).size).toBe(0);
@@ -332,7 +327,7 @@ describe('GET /partner/agents/{agentId}/status', () => {
       activeUnpausedCampaignCount: body.remainingCampaignCount,
       disableInProgress: true,
     });
-    expect(await pendingRow(agentId)).toBe(true);
+    expect(await db.pendingRow(agentId)).toBe(true);
 
     // Once spend management takes them, a repeat finishes the job and the status says so.
     svc.sim.refuse([]);

@@ -6,6 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
+import { urls } from '../support/partner.js';
 import { insertAgent, insertCampaigns, insertNetwork } from '../support/platform-rows.js';
 import { startTestService, type TestService } from '../support/service.js';
 
@@ -55,9 +56,7 @@ describe('a replica under load keeps to DATABASE_MAX_CONNECTIONS', () => {
     const answers = await Promise.all([
       ...agents.map((agentId) => svc.setStatus(key, agentId, false)),
       ...agents.map((agentId) => svc.setStatus(key, agentId, false)),
-      ...agents.map((agentId) =>
-        svc.app.inject({ method: 'GET', url: `/partner/agents/${agentId}/status`, headers: { 'x-api-key': key } }),
-      ),
+      ...agents.map((agentId) => svc.app.inject({ method: 'GET', url: urls.agentStatus(agentId), headers: { 'x-api-key': key } })),
       ...Array.from({ length: 5 }, () => svc.app.inject({ method: 'GET', url: '/readyz' })),
     ]);
     await polled;

@@ -5,7 +5,7 @@ import { createIdempotencyKeys, idempotencyKeyDigest } from '../../src/stores/id
 import { createDatabasePool } from '../../src/stores/postgres.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
-import { injectStatusBody } from '../support/partner.js';
+import { injectStatusBody, urls } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 // docs/interfaces.md §11 against the real PostgreSQL and Redis: Prefer: respond-async and wait,
@@ -84,7 +84,7 @@ describe('Prefer: respond-async on a disable', () => {
     const before = await counter('accepted');
     const response = await post({ agentId, enabled: false }, { prefer: 'respond-async' });
     expect(response.statusCode).toBe(202);
-    expect(response.headers.location).toBe(`/partner/agents/${agentId}/status`);
+    expect(response.headers.location).toBe(urls.agentStatus(agentId));
     expect(response.headers['preference-applied']).toBe('respond-async');
     expect(response.json()).toEqual({
       agentId,
@@ -508,7 +508,7 @@ describe('Idempotency-Keys: stored hashed, a quota per network', () => {
 describe('ETag on the status, If-Match on the POST', () => {
   it('names the latest change: "v0" before any, changes exactly when a change is recorded', async () => {
     const agentId = await db.agent(networkA);
-    const path = `/partner/agents/${agentId}/status`;
+    const path = urls.agentStatus(agentId);
     const fresh = await get(path);
     expect(fresh.headers.etag).toBe('"v0"');
     expect((await get(path)).headers.etag).toBe(fresh.headers.etag);
@@ -522,9 +522,9 @@ describe('ETag on the status, If-Match on the POST', () => {
   it("another network's changes move neither the ETag nor the history's changeIds and cursors", async () => {
     const mine = await db.agent(networkA);
     const theirs = await db.agent(networkB);
-    const status = (agentId: string, key = keyA) => get(`/partner/agents/${agentId}/status`, key);
+    const status = (agentId: string, key = keyA) => get(urls.agentStatus(agentId), key);
     const history = async (query = '') =>
-      (await get(`/partner/agents/${mine}/status-changes${query}`)).json() as {
+      (await get(`${urls.statusChanges(mine)}${query}`)).json() as {
         changes: { changeId: number }[];
         nextBefore: number | null;
       };
@@ -545,7 +545,7 @@ describe('ETag on the status, If-Match on the POST', () => {
   it('If-Match current, a list holding it, or * makes the change; stale or weak answers 412 and records nothing', async () => {
     const agentId = await db.agent(networkA);
     await db.campaigns(agentId, 2);
-    const path = `/partner/agents/${agentId}/status`;
+    const path = urls.agentStatus(agentId);
     const stale = String((await get(path)).headers.etag);
     await post({ agentId, enabled: true });
     const current = String((await get(path)).headers.etag);
@@ -571,7 +571,7 @@ describe('ETag on the status, If-Match on the POST', () => {
 
   it('two concurrent changes with one tag: one is made, the other answers 412', async () => {
     const agentId = await db.agent(networkA);
-    const tag = String((await get(`/partner/agents/${agentId}/status`)).headers.etag);
+    const tag = String((await get(urls.agentStatus(agentId))).headers.etag);
     const answers = await Promise.all([
       post({ agentId, enabled: false }, { 'if-match': tag }),
       post({ agentId, enabled: true }, { 'if-match': tag }),
@@ -583,7 +583,7 @@ describe('ETag on the status, If-Match on the POST', () => {
 
   it('a replay comes before If-Match: the repeat of a conditional change gets its answer, not 412', async () => {
     const agentId = await db.agent(networkA);
-    const tag = String((await get(`/partner/agents/${agentId}/status`)).headers.etag);
+    const tag = String((await get(urls.agentStatus(agentId))).headers.etag);
     const key = randomUUID();
     const first = await post({ agentId, enabled: true }, { 'if-match': tag, 'idempotency-key': key });
     expect(first.statusCode).toBe(200);
@@ -644,7 +644,7 @@ describe('GET /partner/agents/{agentId}/status-changes', () => {
     // The agent's own numbering: 130 down to 1, whatever other agents did meanwhile.
     const all = Array.from({ length: 130 }, (_, i) => 130 - i);
 
-    const base = `/partner/agents/${agentId}/status-changes`;
+    const base = urls.statusChanges(agentId);
     const first = await get(`${base}?limit=100`);
     expect(first.statusCode).toBe(200);
     const page1 = first.json();
@@ -673,7 +673,7 @@ describe('GET /partner/agents/{agentId}/status-changes', () => {
 
   it('an agent with no change has an empty page; a bad limit or before is a 400', async () => {
     const agentId = await db.agent(networkA);
-    const base = `/partner/agents/${agentId}/status-changes`;
+    const base = urls.statusChanges(agentId);
     expect((await get(base)).json()).toEqual({ agentId, changes: [], nextBefore: null });
     for (const query of ['limit=0', 'limit=101', 'limit=abc', 'before=0', 'before=-1', 'before=9223372036854775808', 'limit=1.5']) {
       const response = await get(`${base}?${query}`);
@@ -731,7 +731,7 @@ describe('the rate limit counts every one of them', () => {
     const answers = [
       await post({ agentId, enabled: true }, { 'idempotency-key': key }, keyLimited, limitedSvc),
       await post({ agentId, enabled: true }, { 'idempotency-key': key }, keyLimited, limitedSvc),
-      await get(`/partner/agents/${agentId}/status-changes`, keyLimited, limitedSvc),
+      await get(urls.statusChanges(agentId), keyLimited, limitedSvc),
       await post({ agentId, enabled: false }, { 'if-match': '"c0"' }, keyLimited, limitedSvc),
       await post({ agentId, enabled: true }, { 'idempotency-key': key }, keyLimited, limitedSvc),
     ];

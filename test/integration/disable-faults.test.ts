@@ -43,14 +43,6 @@ async function start(env: Record<string, string>, redisUrl?: string): Promise<Te
 const until = (what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000) =>
   waitFor(check, { timeoutMs, intervalMs: 50, failure: `timed out waiting for ${what}` });
 
-const pendingRow = async (agentId: string) =>
-  (await db.pool.query('SELECT attempts, last_error FROM pending_disables WHERE agent_id = $1', [agentId])).rows[0] as
-    | { attempts: number; last_error: string | null }
-    | undefined;
-const changeRows = async (agentId: string) =>
-  (await db.pool.query('SELECT enabled FROM agent_status_changes WHERE agent_id = $1 ORDER BY change_id', [agentId])).rows.map(
-    (row) => row.enabled as boolean,
-  );
 const unpausedCount = async (agentId: string) =>
   (await db.pool.query('SELECT count(*)::int AS n FROM campaigns WHERE agent_id = $1 AND active AND NOT paused', [agentId])).rows[0]
     .n as number;
@@ -73,13 +65,13 @@ describe('a platform transaction holds the agent row (the restriction trigger to
       expect(answer.statusCode).toBe(500);
       expect(answer.json()).toMatchObject({ pausedCampaignCount: 0, detail: expect.stringMatching(/recorded/) });
       // Recorded without the lock: the pending row and the change row; the flag waits.
-      expect(await pendingRow(agentId)).toBeDefined();
-      expect(await changeRows(agentId)).toEqual([false]);
+      expect(await db.pendingDisable(agentId)).toBeDefined();
+      expect(await db.changeStates(agentId)).toEqual([false]);
       expect(await db.agentApproved(agentId)).toBe(true);
 
       await platform.query('COMMIT');
       await until('the worker to disable the agent and pause everything', async () => {
-        return !(await db.agentApproved(agentId)) && (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId));
+        return !(await db.agentApproved(agentId)) && (await unpausedCount(agentId)) === 0 && !(await db.pendingDisable(agentId));
       });
       expect((await db.pausedIds(agentId)).has(inserted)).toBe(true);
       await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
@@ -105,7 +97,7 @@ describe('a platform transaction holds the agent row (the restriction trigger to
       expect((await enable).statusCode).toBe(200);
       await new Promise((resolve) => setTimeout(resolve, 1_500)); // several worker polls
       expect(await db.agentApproved(agentId)).toBe(true);
-      expect(await pendingRow(agentId)).toBeUndefined();
+      expect(await db.pendingDisable(agentId)).toBeUndefined();
       expect(await unpausedCount(agentId)).toBe(6);
     } finally {
       await platform.query('ROLLBACK').catch(() => undefined);
@@ -129,12 +121,12 @@ describe('a campaign row locked by another transaction', () => {
       expect(Date.now() - started).toBeLessThan(2_000);
       expect(answer.statusCode).toBe(500);
       expect(answer.json()).toMatchObject({ pausedCampaignCount: 99, remainingCampaignCount: 1 });
-      expect((await pendingRow(agentId))?.last_error).toBe('postgres:not_confirmed');
+      expect((await db.pendingDisable(agentId))?.last_error).toBe('postgres:not_confirmed');
       await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
       await platform.query('COMMIT');
       await until(
         'the worker to pause the locked campaign',
-        async () => (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId)),
+        async () => (await unpausedCount(agentId)) === 0 && !(await db.pendingDisable(agentId)),
       );
       await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
     } finally {
@@ -171,7 +163,11 @@ describe('a database connection that stops answering (black-holed, not closed)',
       expect(answer.json()).toHaveProperty('remainingCampaignCount');
       const failures = await svc.service.metrics.registry.getSingleMetricAsString('dependency_errors_total');
       expect(failures).toMatch(/dependency="postgres",reason="timeout"\} [1-9]/);
-      await until('the disable to converge', async () => (await unpausedCount(agentId)) === 0 && !(await pendingRow(agentId)), 20_000);
+      await until(
+        'the disable to converge',
+        async () => (await unpausedCount(agentId)) === 0 && !(await db.pendingDisable(agentId)),
+        20_000,
+      );
       await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), ids);
     } finally {
       await proxy.close();
@@ -223,7 +219,7 @@ describe('a superseded disable whose batch in flight meets a Redis outage', () =
       const answer = await disable;
       svc.sim.setMode('ok');
       expect(answer.statusCode).toBe(409);
-      expect(await pendingRow(agentId)).toBeUndefined();
+      expect(await db.pendingDisable(agentId)).toBeUndefined();
       expect(ids.every((id) => svc.sim.isPaused(id))).toBe(true);
       expect((await db.pausedIds(agentId)).size).toBe(0);
       proxy.restore();
@@ -269,7 +265,7 @@ describe('campaigns_paused_total', () => {
       svc.sim.setMode('ok');
     }
     svc.service.breakers.spendManagement.close();
-    await until('the worker to finish', async () => !(await pendingRow(agentId)));
+    await until('the worker to finish', async () => !(await db.pendingDisable(agentId)));
     const text = await svc.service.metrics.registry.getSingleMetricAsString('campaigns_paused_total');
     expect(text).toMatch(/campaigns_paused_total\{partner="faults"\} (\d+)/);
     const counted = Number(/campaigns_paused_total\{partner="faults"\} (\d+)/.exec(text)![1]);

@@ -50,28 +50,6 @@ afterAll(async () => {
   await db.close();
 });
 
-interface PendingRow {
-  attempts: number;
-  last_error: string | null;
-  claim_token: string | null;
-  lease_owner: string | null;
-  due: boolean;
-}
-
-async function pendingRow(agentId: string): Promise<PendingRow | undefined> {
-  const { rows } = await db.pool.query(
-    `SELECT attempts, last_error, claim_token, lease_owner, next_attempt_at <= now() AS due
-     FROM pending_disables WHERE agent_id = $1`,
-    [agentId],
-  );
-  return rows[0];
-}
-
-async function changeRows(agentId: string): Promise<Array<{ enabled: boolean }>> {
-  const { rows } = await db.pool.query('SELECT enabled FROM agent_status_changes WHERE agent_id = $1 ORDER BY change_id', [agentId]);
-  return rows;
-}
-
 /**
  * The three stores' view of the agent's campaigns, after checking docs/interfaces.md §7's
  * invariant: a campaign paused in the database is paused in Redis and in spend management.
@@ -165,7 +143,7 @@ describe('SIGKILL in the middle of a long disable', () => {
       const atKill = await storesAgree(agentId, ids);
       expect(atKill.inDatabase.size).toBeGreaterThan(0);
       expect(atKill.inDatabase.size).toBeLessThan(ids.length);
-      const orphan = await pendingRow(agentId);
+      const orphan = await db.pendingDisable(agentId);
       expect(orphan).toMatchObject({ attempts: 1, last_error: null });
       expect(orphan!.claim_token).not.toBeNull();
       expect(orphan!.lease_owner).not.toBeNull();
@@ -176,7 +154,7 @@ describe('SIGKILL in the middle of a long disable', () => {
 
       await expectAllPaused(agentId, ids);
       expect(await db.agentApproved(agentId)).toBe(false);
-      expect(await changeRows(agentId)).toEqual([{ enabled: false }]); // one request, nothing more
+      expect(await db.changeStates(agentId)).toEqual([false]); // one request, nothing more
       // The second process moved exactly what the first had not committed: its worker's run, and
       // the batch the first had on its way, settled from the write-ahead record (both counted in
       // campaigns_paused_total), nothing twice.
@@ -228,7 +206,7 @@ describe('two processes on one database converge one failed disable', () => {
         },
         { timeout: 60_000, interval: 50 },
       );
-      const failing = await pendingRow(agentId);
+      const failing = await db.pendingDisable(agentId);
       expect(failing!.attempts).toBeGreaterThanOrEqual(3); // the request's own, then one per worker attempt at least
       expect(failing!.last_error).toMatch(/^spend_management:/);
       expect(failing!.last_error).not.toContain(key);
@@ -248,7 +226,7 @@ describe('two processes on one database converge one failed disable', () => {
       expect(new Set(timesPaused.keys())).toEqual(new Set(ids));
 
       await expectAllPaused(agentId, ids);
-      expect(await changeRows(agentId)).toEqual([{ enabled: false }]);
+      expect(await db.changeStates(agentId)).toEqual([false]);
       // Exactly one attempt, on one of the two replicas, completed it; none lost its claim.
       const completed = `disable_worker_attempts_total{outcome="completed"}`;
       const superseded = `disable_worker_attempts_total{outcome="superseded"}`;
@@ -284,7 +262,7 @@ describe('SIGTERM with a disable in flight whose client has gone', () => {
       expect.soft(Date.now() - termAt).toBeLessThan(shutdownTimeoutMs + 2_000);
 
       // Stopped between batches and handed back: no claim, due at once for any replica.
-      const row = await pendingRow(agentId);
+      const row = await db.pendingDisable(agentId);
       expect(row).toMatchObject({ claim_token: null, lease_owner: null, due: true });
       const atExit = await storesAgree(agentId, ids);
       expect(atExit.inDatabase.size).toBeGreaterThan(0);
@@ -295,7 +273,7 @@ describe('SIGTERM with a disable in flight whose client has gone', () => {
       second = await startServiceProcess(env);
       await db.pendingDisableGone(agentId, 60_000);
       await expectAllPaused(agentId, ids);
-      expect(await changeRows(agentId)).toEqual([{ enabled: false }]);
+      expect(await db.changeStates(agentId)).toEqual([false]);
     } finally {
       sim.setMode('ok');
       await stopAll([first, second]);
@@ -360,8 +338,8 @@ describe('an enable on one process stops a disable running on another', () => {
       expect(stores.inDatabase.size).toBe(problem.pausedCampaignCount);
       expect(stores.inDatabase.size).toBeLessThan(ids.length);
       expect(await db.agentApproved(agentId)).toBe(true);
-      expect(await pendingRow(agentId)).toBeUndefined();
-      expect(await changeRows(agentId)).toEqual([{ enabled: false }, { enabled: true }]);
+      expect(await db.pendingDisable(agentId)).toBeUndefined();
+      expect(await db.changeStates(agentId)).toEqual([false, true]);
     } finally {
       sim.setMode('ok');
       await stopAll([a, b]);

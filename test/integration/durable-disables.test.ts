@@ -31,14 +31,6 @@ afterAll(async () => {
   await db.close();
 });
 
-async function pendingRow(agentId: string) {
-  const { rows } = await db.pool.query(
-    'SELECT attempts, last_error, claim_token, next_attempt_at <= now() AS due FROM pending_disables WHERE agent_id = $1',
-    [agentId],
-  );
-  return rows[0] as { attempts: number; last_error: string | null; claim_token: string | null; due: boolean } | undefined;
-}
-
 /** The value of one series, found by its metric name and a piece of its label set. */
 async function metricValue(service: TestService, name: string, labels: string): Promise<number> {
   const text = await service.service.metrics.registry.getSingleMetricAsString(name);
@@ -50,12 +42,12 @@ async function metricValue(service: TestService, name: string, labels: string): 
 /** Runs the worker until the agent's pending row is gone, within a bound. */
 async function convergeByWorker(service: TestService, agentId: string) {
   const deadline = Date.now() + 10_000;
-  while ((await pendingRow(agentId)) && Date.now() < deadline) {
+  while ((await db.pendingDisable(agentId)) && Date.now() < deadline) {
     await service.service.worker.pollNow();
     await service.service.worker.drained();
     await new Promise((resolve) => setTimeout(resolve, 30));
   }
-  expect(await pendingRow(agentId)).toBeUndefined();
+  expect(await db.pendingDisable(agentId)).toBeUndefined();
 }
 
 describe('a campaign spend management leaves out of "paused"', () => {
@@ -76,7 +68,7 @@ describe('a campaign spend management leaves out of "paused"', () => {
       expect((await db.pausedIds(agentId)).size).toBe(249);
       expect((await db.pausedIds(agentId)).has(refused)).toBe(false);
       await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
-      expect(await pendingRow(agentId)).toMatchObject({ last_error: 'spend_management:not_confirmed', claim_token: null });
+      expect(await db.pendingDisable(agentId)).toMatchObject({ last_error: 'spend_management:not_confirmed', claim_token: null });
       expect(svc.service.breakers.spendManagement.closed).toBe(true);
       expect(await metricValue(svc, 'circuit_breaker_events_total', 'breaker="spend_management",event="failure"')).toBe(failuresBefore);
       expect(await svc.service.metrics.registry.getSingleMetricAsString('campaigns_not_confirmed_total')).toMatch(
@@ -86,7 +78,7 @@ describe('a campaign spend management leaves out of "paused"', () => {
       // Still refused: the worker retries, with backoff, and keeps the row.
       await svc.service.worker.pollNow();
       await svc.service.worker.drained();
-      expect((await pendingRow(agentId))?.attempts).toBeGreaterThanOrEqual(2);
+      expect((await db.pendingDisable(agentId))?.attempts).toBeGreaterThanOrEqual(2);
     } finally {
       svc.sim.refuse([]);
     }
@@ -107,7 +99,7 @@ describe('a Redis key that answers WRONGTYPE', () => {
       expect(response.statusCode).toBe(500);
       expect(response.json()).toMatchObject({ pausedCampaignCount: 119, remainingCampaignCount: 1 });
       await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
-      expect(await pendingRow(agentId)).toMatchObject({ last_error: 'redis:not_confirmed' });
+      expect(await db.pendingDisable(agentId)).toMatchObject({ last_error: 'redis:not_confirmed' });
       expect(svc.service.breakers.redis.closed).toBe(true);
       expect(await svc.service.metrics.registry.getSingleMetricAsString('campaigns_not_confirmed_total')).toMatch(
         /dependency="redis"\} [1-9]/,
@@ -157,7 +149,7 @@ describe('the pipeline', () => {
     for (const agentId of agents) {
       expect((await db.pausedIds(agentId)).size).toBe(150);
       await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
-      expect(await pendingRow(agentId)).toBeUndefined();
+      expect(await db.pendingDisable(agentId)).toBeUndefined();
     }
   });
 });
@@ -221,7 +213,7 @@ describe('breakers that fail fast for a sequential caller', () => {
       expect(await metricValue(own, 'dependency_errors_total', 'dependency="spend_management",reason="unauthorized"')).toBe(1);
       expect(own.logs.records().some((r) => r.msg === 'spend management refused our credentials: check SPEND_MANAGEMENT_TOKEN')).toBe(true);
       expect(own.logs.lines.join('\n')).not.toContain(token);
-      expect(await pendingRow(agentId)).toMatchObject({ last_error: 'spend_management:unauthorized' });
+      expect(await db.pendingDisable(agentId)).toMatchObject({ last_error: 'spend_management:unauthorized' });
     } finally {
       await own.close();
     }
@@ -246,7 +238,7 @@ describe('the worker', () => {
       const callsBefore = svc.sim.requests().length;
       await Promise.all([svc.service.worker.pollNow(), second.service.worker.pollNow()]);
       await Promise.all([svc.service.worker.drained(), second.service.worker.drained()]);
-      expect(await pendingRow(agentId)).toBeUndefined();
+      expect(await db.pendingDisable(agentId)).toBeUndefined();
       const sent = svc.sim
         .requests()
         .slice(callsBefore)
@@ -272,7 +264,7 @@ describe('the worker', () => {
       await svc.service.worker.drained();
       // Fail it again until base × 2^(attempts−1) is far past the cap (10 ms base, 20 ms cap here:
       // 320 ms uncapped at the 6th attempt); each failed attempt releases the row with that backoff.
-      for (let round = 0; round < 50 && ((await pendingRow(agentId))?.attempts ?? 0) < 6; round += 1) {
+      for (let round = 0; round < 50 && ((await db.pendingDisable(agentId))?.attempts ?? 0) < 6; round += 1) {
         await new Promise((resolve) => setTimeout(resolve, 25));
         await svc.service.worker.pollNow();
         await svc.service.worker.drained();

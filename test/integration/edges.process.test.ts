@@ -1,7 +1,7 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { postStatus } from '../support/partner.js';
+import { postStatus, statusPath, urls } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
 import { parseRawResponse, parseRawResponses, rawExchange } from '../support/raw-http.js';
@@ -131,12 +131,12 @@ describe('item 4: every answer, Node-level ones included, is problem+json with t
   });
 
   const methods: Array<[string, string, string]> = [
-    ['OPTIONS', '/partner/agents/status', 'POST'],
-    ['TRACE', '/partner/agents/status', 'POST'],
-    ['PUT', '/partner/agents/status', 'POST'],
-    ['PROPFIND', '/partner/agents/status', 'POST'],
+    ['OPTIONS', statusPath, 'POST'],
+    ['TRACE', statusPath, 'POST'],
+    ['PUT', statusPath, 'POST'],
+    ['PROPFIND', statusPath, 'POST'],
     ['OPTIONS', '/partner/agents/us-east-1:x/status', 'GET, HEAD'],
-    ['TRACE', '/partner/openapi.json', 'GET, HEAD'],
+    ['TRACE', urls.openApi, 'GET, HEAD'],
     ['DELETE', '/livez', 'GET, HEAD'],
   ];
   it.each(methods)('%s %s is a 405 with Allow: %s', async (method, path, allow) => {

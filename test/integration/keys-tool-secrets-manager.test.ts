@@ -3,6 +3,7 @@ import { hashKey, parseKeySet } from '../../src/auth/partner-keys.js';
 import { runKeysTool } from '../../src/keys/tool.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { fakeAwsEnvironment, fakeSecretsManager } from '../support/fake-secrets-manager.js';
+import { urls } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 /**
@@ -47,7 +48,7 @@ const status = async (apiKey: string) => {
   const agentId = await db.agent(networkId);
   const response = await svc.app.inject({
     method: 'GET',
-    url: `/partner/agents/${agentId}/status`,
+    url: urls.agentStatus(agentId),
     headers: { 'x-api-key': apiKey },
   });
   return response.statusCode;

@@ -4,6 +4,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import type { PartnerKeyRecord } from '../support/environment.js';
+import { statusPath, urls } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 import { waitFor } from '../support/wait.js';
@@ -38,17 +39,12 @@ async function partner(name: string): Promise<PartnerKeyRecord> {
 }
 
 function readStatus(svc: TestService, key: string, agentId: string) {
-  return svc.app.inject({ method: 'GET', url: `/partner/agents/${agentId}/status`, headers: { 'x-api-key': key } });
+  return svc.app.inject({ method: 'GET', url: urls.agentStatus(agentId), headers: { 'x-api-key': key } });
 }
 
 /** Polls a condition that an outside event makes true, within a bound (no fixed sleep). */
 const until = (what: string, check: () => boolean | Promise<boolean>, timeoutMs = 10_000) =>
   waitFor(check, { timeoutMs, intervalMs: 20, failure: `timed out waiting for ${what}` });
-
-async function changeRows(agentId: string): Promise<number> {
-  const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM agent_status_changes WHERE agent_id = $1', [agentId]);
-  return rows[0].n;
-}
 
 function expectProblem(response: LightMyRequestResponse, status: number, kind: string) {
   expect(response.statusCode).toBe(status);
@@ -126,7 +122,7 @@ describe('per-network rate limit, counted in Redis across replicas', () => {
       const svc = i % 2 === 0 ? first : second;
       const response = await svc.app.inject({
         method: i % 3 === 0 ? 'GET' : 'POST',
-        url: i % 3 === 0 ? `/partner/agents/${agentId}/status` : '/partner/agents/status',
+        url: i % 3 === 0 ? urls.agentStatus(agentId) : statusPath,
         headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { 'x-api-key': key }) },
         payload: i % 3 === 0 ? undefined : JSON.stringify({ agentId, enabled: false }),
       });
@@ -139,7 +135,7 @@ describe('per-network rate limit, counted in Redis across replicas', () => {
     expect(response.statusCode).toBe(200);
     expect(response.headers.ratelimit).toMatch(/^"partner";r=5;t=\d+$/);
     expect(await db.agentApproved(agentId)).toBe(true);
-    expect(await changeRows(agentId)).toBe(0);
+    expect(await db.changeCount(agentId)).toBe(0);
   });
 
   it('a 429 changes nothing: the agent keeps its flag, no change row, no campaign paused', async () => {
@@ -152,7 +148,7 @@ describe('per-network rate limit, counted in Redis across replicas', () => {
 
     expectProblem(response, 429, 'rate-limited');
     expect(await db.agentApproved(agentId)).toBe(true);
-    expect(await changeRows(agentId)).toBe(0);
+    expect(await db.changeCount(agentId)).toBe(0);
     expect((await db.pausedIds(agentId)).size).toBe(0);
     expect(await first.pausedInRedis(campaigns)).toEqual([false, false, false]);
     expect(first.simulator.simulator.requests().length + second.simulator.simulator.requests().length).toBe(callsBefore);
@@ -258,7 +254,7 @@ describe('disables in flight per network, and no waiting behind another network'
       expect(running.isAnswered()).toBe(false);
       expect(refusedMs).toBeLessThan(slowMs);
       expect(await db.agentApproved(secondAgent)).toBe(true);
-      expect(await changeRows(secondAgent)).toBe(0);
+      expect(await db.changeCount(secondAgent)).toBe(0);
 
       // A repeat for the agent being disabled joins the run instead of being refused.
       const repeat = svc.setStatus(networkA.key, runningAgent, false);
@@ -273,7 +269,7 @@ describe('disables in flight per network, and no waiting behind another network'
       expect(repeatAnswer.statusCode).toBe(200);
       expect(repeatAnswer.json()).toEqual({ agentId: runningAgent, networkId: networkA.networkId, enabled: false, pausedCampaignCount: 0 });
       // The repeat reached the status statement: two change rows.
-      expect(await changeRows(runningAgent)).toBe(2);
+      expect(await db.changeCount(runningAgent)).toBe(2);
       const limited = (await svc.service.metrics.requestsLimited.get()).values.find(
         (v) => v.labels.partner === 'in-flight-a' && v.labels.limit === 'disables_in_flight',
       );
@@ -314,7 +310,7 @@ describe('disables in flight per network, and no waiting behind another network'
       expect(median(elsewhere)).toBeLessThan(3 * median(absent) + 5);
       expect(Math.max(...elsewhere)).toBeLessThan(1_000);
       expect((await running.pending).statusCode).toBe(200);
-      expect(await changeRows(victim)).toBe(1);
+      expect(await db.changeCount(victim)).toBe(1);
     } finally {
       svc.sim.setMode('ok');
     }
@@ -374,7 +370,7 @@ describe('405', () => {
     if (!svc) throw new Error('the rate-limit tests start the services this test uses');
     const response = await svc.app.inject({
       method: 'PUT',
-      url: '/partner/agents/status',
+      url: statusPath,
       headers: { 'content-type': 'application/json' },
       payload: '{}',
     });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
-import { injectStatusBody } from '../support/partner.js';
+import { injectStatusBody, statusPath } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 
 const db = testDatabase();
@@ -33,7 +33,7 @@ describe('logs: one line per request, and never a key', () => {
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({
       msg: 'request completed',
-      route: '/partner/agents/status',
+      route: statusPath,
       statusCode: 200,
       partner: 'logged-partner',
       agentId,

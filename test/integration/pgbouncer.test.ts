@@ -9,6 +9,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
+import { urls } from '../support/partner.js';
 import { startPgBouncer } from '../support/pgbouncer.js';
 import { startTestService, type TestService } from '../support/service.js';
 
@@ -92,7 +93,7 @@ describe('behind PgBouncer in transaction mode', () => {
 
     const [disables, reads, enables] = await Promise.all([
       Promise.all(agents.map((agentId, i) => post(agentId, false, { 'idempotency-key': keys[i]! }))),
-      Promise.all(agents.map((agentId) => get(`/partner/agents/${agentId}/status`))),
+      Promise.all(agents.map((agentId) => get(urls.agentStatus(agentId)))),
       Promise.all(toEnable.map((agentId) => post(agentId, true))),
     ]);
     for (const response of [...disables, ...reads, ...enables]) expect(response.statusCode, response.body).toBe(200);
@@ -110,11 +111,11 @@ describe('behind PgBouncer in transaction mode', () => {
     }
     for (const repeat of repeats) expect(repeat.json()).toMatchObject({ enabled: false, pausedCampaignCount: 0 });
 
-    const statuses = await Promise.all(agents.map((agentId) => get(`/partner/agents/${agentId}/status`)));
+    const statuses = await Promise.all(agents.map((agentId) => get(urls.agentStatus(agentId))));
     for (const status of statuses) {
       expect(status.json()).toMatchObject({ enabled: false, activeUnpausedCampaignCount: 0, disableInProgress: false });
     }
-    const histories = await Promise.all(agents.map((agentId) => get(`/partner/agents/${agentId}/status-changes`)));
+    const histories = await Promise.all(agents.map((agentId) => get(urls.statusChanges(agentId))));
     for (const history of histories) {
       expect(history.statusCode).toBe(200);
       // The disable and its repeat without a key (the replay appended nothing), newest first.
@@ -131,7 +132,7 @@ describe('behind PgBouncer in transaction mode', () => {
   it('a conditional change (If-Match) runs as one explicit transaction block through the pooler', async () => {
     const agentId = await db.agent(networkId);
     await db.campaigns(agentId, 3);
-    const etag = (await get(`/partner/agents/${agentId}/status`)).headers.etag as string;
+    const etag = (await get(urls.agentStatus(agentId))).headers.etag as string;
     const [first, second] = await Promise.all([post(agentId, false, { 'if-match': etag }), post(agentId, false, { 'if-match': etag })]);
     expect([first.statusCode, second.statusCode].sort()).toEqual([200, 412]);
   });

@@ -8,6 +8,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrate } from '../../src/db/migrate.js';
 import { newApiKey } from '../support/data.js';
+import { urls } from '../support/partner.js';
 import { insertAgent, insertCampaigns, insertNetwork } from '../support/platform-rows.js';
 import { type PrimaryWithStandby, startPrimaryWithStandby } from '../support/postgres-standby.js';
 import { startTestService, type TestService } from '../support/service.js';
@@ -56,8 +57,7 @@ afterAll(async () => {
 });
 
 const readiness = async () => (await svc.app.inject({ method: 'GET', url: '/readyz' })).statusCode;
-const readStatus = (agentId: string) =>
-  svc.app.inject({ method: 'GET', url: `/partner/agents/${agentId}/status`, headers: { 'x-api-key': key } });
+const readStatus = (agentId: string) => svc.app.inject({ method: 'GET', url: urls.agentStatus(agentId), headers: { 'x-api-key': key } });
 
 /** The service's sessions on one server (the test's own connection and the walsender left out). */
 const serviceSessions = (port: number) =>

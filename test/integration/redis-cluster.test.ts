@@ -8,6 +8,7 @@ import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { disagreements } from '../support/agreement.js';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { urls } from '../support/partner.js';
 import { startRedisCluster } from '../support/redis-cluster.js';
 import { startTestService, type TestService } from '../support/service.js';
 
@@ -86,7 +87,7 @@ describe('a disable over a Redis Cluster', () => {
     for (let i = 0; i < 20; i += 1) {
       const answer = await svc.app.inject({
         method: 'GET',
-        url: `/partner/agents/${agentId}/status`,
+        url: urls.agentStatus(agentId),
         headers: { 'x-api-key': limitedKey },
       });
       statuses.push(answer.statusCode);

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { testEnvironment } from '../support/environment.js';
 import { startOtlpReceiver } from '../support/otlp-receiver.js';
+import { statusPath } from '../support/partner.js';
 import { startServiceProcess } from '../support/process.js';
 import { parseRawResponse, rawExchange } from '../support/raw-http.js';
 
@@ -65,11 +66,11 @@ describe('traces: one disable is one trace, with PostgreSQL, Redis and spend-man
       expect(response.status).toBe(200);
 
       await receiver.waitFor((spans) => {
-        const root = serverSpanOf(spans, '/partner/agents/status');
+        const root = serverSpanOf(spans, statusPath);
         const inTrace = spans.filter((span) => span.traceId === root?.traceId);
         return ['ioredis', 'pg', 'undici', 'partner-agent-status'].every((scope) => inTrace.some((span) => span.scope.includes(scope)));
       });
-      const root = serverSpanOf(receiver.spans, '/partner/agents/status')!;
+      const root = serverSpanOf(receiver.spans, statusPath)!;
       const trace = receiver.spans.filter((span) => span.traceId === root.traceId);
       expect(new Set(trace.map((span) => span.scope))).toEqual(
         new Set([

@@ -3,6 +3,7 @@ import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { DeliverableEvent } from '../../src/stores/webhook-deliveries.js';
 import { newApiKey, testDatabase } from '../support/data.js';
+import { urls } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { waitFor } from '../support/wait.js';
 import { type Receiver, type ReceiverAnswer, startReceiver } from '../support/webhook-receiver.js';
@@ -64,7 +65,7 @@ function call(method: string, url: string, key: string, payload?: unknown) {
 }
 
 async function register(key: string, url: string, eventTypes?: string[]) {
-  const response = await call('POST', '/partner/webhook-endpoints', key, { url, ...(eventTypes ? { eventTypes } : {}) });
+  const response = await call('POST', urls.webhookEndpoints, key, { url, ...(eventTypes ? { eventTypes } : {}) });
   expect(response.statusCode, response.body).toBe(201);
   return response.json() as { id: string; secret: string; url: string; status: string; eventTypes: string[] };
 }
@@ -87,7 +88,7 @@ function completionEvent(networkId: string, type = 'agent.disable.completed'): D
 }
 
 async function deliveries(key: string, endpointId: string) {
-  const response = await call('GET', `/partner/webhook-endpoints/${endpointId}/deliveries`, key);
+  const response = await call('GET', urls.webhookDeliveries(endpointId), key);
   expect(response.statusCode, response.body).toBe(200);
   return (
     response.json() as {
@@ -97,7 +98,7 @@ async function deliveries(key: string, endpointId: string) {
 }
 
 async function endpointOf(key: string, endpointId: string) {
-  const response = await call('GET', '/partner/webhook-endpoints', key);
+  const response = await call('GET', urls.webhookEndpoints, key);
   return (response.json() as { endpoints: Array<{ id: string; status: string; disabledReason?: string }> }).endpoints.find(
     (endpoint) => endpoint.id === endpointId,
   );
@@ -107,9 +108,9 @@ const until = <T>(check: () => T | false | undefined | Promise<T | false | undef
   waitFor(check, { timeoutMs, intervalMs: 25, failure: what });
 
 async function clearEndpoints(key: string) {
-  const response = await call('GET', '/partner/webhook-endpoints', key);
+  const response = await call('GET', urls.webhookEndpoints, key);
   for (const { id } of (response.json() as { endpoints: Array<{ id: string }> }).endpoints) {
-    await call('DELETE', `/partner/webhook-endpoints/${id}`, key);
+    await call('DELETE', urls.webhookEndpoint(id), key);
   }
 }
 
@@ -131,7 +132,7 @@ describe('a completion reaches the endpoint signed per Standard Webhooks', () =>
     expect(new Webhook(endpoint.secret).verify(got!.body, headers)).toEqual(JSON.parse(event.body));
     expect(() => new Webhook(`whsec_${Buffer.alloc(32, 7).toString('base64')}`).verify(got!.body, headers)).toThrow(/signature/);
     // The secret is shown once: never listed.
-    const listed = await call('GET', '/partner/webhook-endpoints', keyA);
+    const listed = await call('GET', urls.webhookEndpoints, keyA);
     expect(listed.body).not.toContain(endpoint.secret.slice(6));
     await until(async () => (await deliveries(keyA, endpoint.id))[0]?.state === 'succeeded', 'delivery not recorded as succeeded');
   });
@@ -201,7 +202,7 @@ describe('retries', () => {
     }, 'delivery did not fail');
     expect(failed!.attempts).toHaveLength(scheduleSeconds.length + 1);
     hook.answerWith(200);
-    const retried = await call('POST', `/partner/webhook-endpoints/${endpoint.id}/deliveries/${failed!.id}/retry`, keyA);
+    const retried = await call('POST', urls.webhookDeliveryRetry(endpoint.id, failed!.id), keyA);
     expect(retried.statusCode, retried.body).toBe(202);
     expect(retried.json()).toMatchObject({ id: failed!.id, state: 'pending' });
     await until(async () => (await deliveries(keyA, endpoint.id))[0]?.state === 'succeeded', 'retry not delivered');
@@ -289,7 +290,7 @@ describe('secret rotation', () => {
     await clearEndpoints(keyA);
     const hook = await receiver();
     const endpoint = await register(keyA, hook.url);
-    const rotated = await call('POST', `/partner/webhook-endpoints/${endpoint.id}/rotate-secret`, keyA);
+    const rotated = await call('POST', urls.webhookSecretRotation(endpoint.id), keyA);
     expect(rotated.statusCode, rotated.body).toBe(200);
     const { secret, previousSecretExpiresAt } = rotated.json() as { secret: string; previousSecretExpiresAt: string };
     expect(secret).not.toBe(endpoint.secret);
@@ -307,7 +308,7 @@ describe('secret rotation', () => {
     await clearEndpoints(keyA);
     const hook = await receiver();
     const endpoint = await register(keyA, hook.url);
-    const { secret } = (await call('POST', `/partner/webhook-endpoints/${endpoint.id}/rotate-secret`, keyA)).json() as { secret: string };
+    const { secret } = (await call('POST', urls.webhookSecretRotation(endpoint.id), keyA)).json() as { secret: string };
     await db.pool.query(`UPDATE webhook_endpoints SET previous_secret_expires_at = now() - interval '1 second' WHERE id = $1`, [
       endpoint.id,
     ]);
@@ -332,10 +333,10 @@ describe('networks are isolated', () => {
     }, 'no delivery');
     const missing = randomUUID();
     const routes = (id: string): Array<[string, string]> => [
-      ['DELETE', `/partner/webhook-endpoints/${id}`],
-      ['POST', `/partner/webhook-endpoints/${id}/rotate-secret`],
-      ['GET', `/partner/webhook-endpoints/${id}/deliveries`],
-      ['POST', `/partner/webhook-endpoints/${id}/deliveries/${delivery!.id}/retry`],
+      ['DELETE', urls.webhookEndpoint(id)],
+      ['POST', urls.webhookSecretRotation(id)],
+      ['GET', urls.webhookDeliveries(id)],
+      ['POST', urls.webhookDeliveryRetry(id, delivery!.id)],
     ];
     const strip = (body: string) => ({ ...JSON.parse(body), requestId: undefined });
     for (const [[method, url], [, missingUrl]] of routes(endpoint.id).map((route, i) => [route, routes(missing)[i]!] as const)) {
@@ -345,7 +346,7 @@ describe('networks are isolated', () => {
       expect(strip(other.body)).toEqual(strip(nowhere.body));
       expect(other.headers['content-type']).toBe(nowhere.headers['content-type']);
     }
-    const listB = await call('GET', '/partner/webhook-endpoints', keyB);
+    const listB = await call('GET', urls.webhookEndpoints, keyB);
     expect(listB.json()).toEqual({ endpoints: [] });
     // Network A's endpoint is untouched, and B's events never reach it.
     expect(await endpointOf(keyA, endpoint.id)).toMatchObject({ status: 'enabled' });
@@ -355,14 +356,14 @@ describe('networks are isolated', () => {
   it('a network holds at most 10 endpoints', async () => {
     await clearEndpoints(keyC);
     const hook = await receiver();
-    const made = await Promise.all(Array.from({ length: 12 }, () => call('POST', '/partner/webhook-endpoints', keyC, { url: hook.url })));
+    const made = await Promise.all(Array.from({ length: 12 }, () => call('POST', urls.webhookEndpoints, keyC, { url: hook.url })));
     expect(made.map((r) => r.statusCode).sort()).toEqual([...Array(10).fill(201), 409, 409]);
     expect(made.find((r) => r.statusCode === 409)!.json()).toMatchObject({
       type: 'urn:partner-agent-status:problem:webhook-endpoint-limit',
     });
     const [first] = made.filter((r) => r.statusCode === 201);
-    expect((await call('DELETE', `/partner/webhook-endpoints/${first!.json().id}`, keyC)).statusCode).toBe(204);
-    expect((await call('POST', '/partner/webhook-endpoints', keyC, { url: hook.url })).statusCode).toBe(201);
+    expect((await call('DELETE', urls.webhookEndpoint(first!.json().id), keyC)).statusCode).toBe(204);
+    expect((await call('POST', urls.webhookEndpoints, keyC, { url: hook.url })).statusCode).toBe(201);
     await clearEndpoints(keyC);
   });
 });
@@ -370,7 +371,7 @@ describe('networks are isolated', () => {
 describe('no request forgery', () => {
   it('refuses at registration a URL of an address the settings do not allow', async () => {
     for (const url of ['http://127.0.0.2:8080/hook', 'http://[::1]:8080/', 'http://169.254.169.254/', 'http://10.1.2.3/']) {
-      const response = await call('POST', '/partner/webhook-endpoints', keyA, { url });
+      const response = await call('POST', urls.webhookEndpoints, keyA, { url });
       expect(response.statusCode, url).toBe(400);
       expect(response.json().detail, url).toMatch(/not public/);
     }

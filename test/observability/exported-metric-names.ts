@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { newApiKey } from '../support/data.js';
+import { statusPath } from '../support/partner.js';
 import { startTestService } from '../support/service.js';
 
 /**
@@ -51,7 +52,7 @@ export async function exportedMetricNames(): Promise<Set<string>> {
   try {
     await service.app.inject({
       method: 'POST',
-      url: '/partner/agents/status',
+      url: statusPath,
       headers: { 'content-type': 'application/json' },
       payload: '{}',
     });

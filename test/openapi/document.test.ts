@@ -11,11 +11,11 @@ import {
 import { apiVersionNames } from '../../src/api-versions.js';
 import { problemTypes } from '../../src/http/problems.js';
 import { createSchemaCompiler } from '../support/openapi-validator.js';
+import { statusPath, urls } from '../support/partner.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: a parsed JSON document
 type Json = any;
 
-const statusPath = '/partner/agents/status';
 const methods = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'];
 
 let generated: Json;
@@ -50,7 +50,7 @@ describe('docs/openapi.json is what the code generates', () => {
     const app = await buildInertApp();
     try {
       await app.ready();
-      const response = await app.inject({ method: 'GET', url: '/partner/openapi.json' });
+      const response = await app.inject({ method: 'GET', url: urls.openApi });
       expect(response.statusCode).toBe(200);
       expect(response.headers['content-type']).toMatch(/^application\/json/);
       expect(response.headers['x-request-id']).toBeTruthy();
@@ -68,7 +68,7 @@ describe('the document of each API version (docs/interfaces.md §15)', () => {
     try {
       await app.ready();
       for (const version of apiVersionNames) {
-        const response = await app.inject({ method: 'GET', url: `/partner/openapi.json?version=${version}` });
+        const response = await app.inject({ method: 'GET', url: `${urls.openApi}?version=${version}` });
         expect(response.statusCode, version).toBe(200);
         const served = JSON.parse(response.body);
         expect(
@@ -169,11 +169,11 @@ describe('the document is valid OpenAPI 3.1', () => {
 describe('the document is a partner reference', () => {
   it('documents the partner routes only: not the probes', () => {
     expect(Object.keys(generated.paths).sort()).toEqual([
-      '/partner/agents/status',
+      statusPath,
       '/partner/agents/{agentId}/status',
       '/partner/agents/{agentId}/status-changes',
-      '/partner/openapi.json',
-      '/partner/webhook-endpoints',
+      urls.openApi,
+      urls.webhookEndpoints,
       '/partner/webhook-endpoints/{endpointId}',
       '/partner/webhook-endpoints/{endpointId}/deliveries',
       '/partner/webhook-endpoints/{endpointId}/deliveries/{deliveryId}/retry',
@@ -210,7 +210,7 @@ describe('the document is a partner reference', () => {
     });
     expect(generated.security).toBeUndefined();
     expect(generated.paths[statusPath].post.security).toEqual([{ apiKey: [] }]);
-    expect(generated.paths['/partner/openapi.json'].get.security).toEqual([]);
+    expect(generated.paths[urls.openApi].get.security).toEqual([]);
   });
 
   it('has x-request-id as an optional request header and a required header of every response', () => {

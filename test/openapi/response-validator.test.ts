@@ -9,9 +9,10 @@ import {
   type ObservedResponse,
   type ResponseValidator,
 } from '../support/openapi-validator.js';
+import { statusPath, urls } from '../support/partner.js';
 import { stubApp } from '../support/stub-app.js';
 
-const route = '/partner/agents/status';
+const route = statusPath;
 const agentId = 'us-east-1:00000000-0000-4000-8000-000000000001';
 const networkId = '00000000-0000-4000-8000-0000000000aa';
 const requestId = 'req-1';
@@ -165,7 +166,7 @@ describe('attached to the real app, it checks every response as sent', () => {
     statuses.push((await post('{}', { 'content-type': 'application/json' })).statusCode);
     statuses.push((await post(JSON.stringify({ pad: 'x'.repeat(17 * 1024) }))).statusCode);
     statuses.push((await post('agentId=x', { 'x-api-key': key, 'content-type': 'text/plain' })).statusCode);
-    statuses.push((await app.inject({ method: 'GET', url: '/partner/openapi.json' })).statusCode);
+    statuses.push((await app.inject({ method: 'GET', url: urls.openApi })).statusCode);
     statuses.push((await app.inject({ method: 'GET', url: '/partner/nothing' })).statusCode);
     statuses.push((await app.inject({ method: 'GET', url: '/livez' })).statusCode);
 

@@ -5,6 +5,16 @@ import { issueKey } from '../../src/auth/issued-key.js';
 import { databaseUrl } from './database-url.js';
 import { insertAgent, insertCampaigns, insertNetwork } from './platform-rows.js';
 
+/** A row of pending_disables, as the tests read it. */
+export interface PendingDisableRow {
+  attempts: number;
+  last_error: string | null;
+  claim_token: string | null;
+  lease_owner: string | null;
+  /** Whether its next attempt is due now. */
+  due: boolean;
+}
+
 /** Direct access to the run's database for seeding and reading back, outside the service. */
 export function testDatabase() {
   const pool = new pg.Pool({ connectionString: databaseUrl(), max: 4 });
@@ -43,6 +53,20 @@ export function testDatabase() {
     async pendingRow(agentId: string): Promise<boolean> {
       const { rows } = await pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
       return rows.length === 1;
+    },
+    /** The agent's recorded disable still pending, as the worker sees it; undefined once it has finished. */
+    async pendingDisable(agentId: string): Promise<PendingDisableRow | undefined> {
+      const { rows } = await pool.query(
+        `SELECT attempts, last_error, claim_token, lease_owner, next_attempt_at <= now() AS due
+         FROM pending_disables WHERE agent_id = $1`,
+        [agentId],
+      );
+      return rows[0];
+    },
+    /** The states the agent's rows in the audit trail asked for, oldest first. */
+    async changeStates(agentId: string): Promise<boolean[]> {
+      const { rows } = await pool.query('SELECT enabled FROM agent_status_changes WHERE agent_id = $1 ORDER BY change_id', [agentId]);
+      return rows.map((row) => row.enabled as boolean);
     },
     /** Waits (bounded) until the agent's recorded disable has finished: its pending_disables row is gone. */
     async pendingDisableGone(agentId: string, timeout: number, interval = 200): Promise<void> {

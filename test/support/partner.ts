@@ -1,9 +1,26 @@
 // The partner's side of the status route, written once for every test: in process through the
 // app (`inject`, for the test service) and over HTTP (`fetch`, for the built service).
 import type { FastifyInstance } from 'fastify';
+import { agentStatusUrl, partnerPath, partnerRoutes } from '../../src/http/paths.js';
 
 /** The partner route that disables and enables an agent. */
-export const statusPath = '/partner/agents/status';
+export const statusPath = partnerPath(partnerRoutes.agentStatus);
+
+/** A route of the path table with its parameters filled in. */
+const filled = (route: string, values: Record<string, string>) =>
+  partnerPath(route as typeof partnerRoutes.agentStatus).replace(/:(\w+)/g, (_match, name: string) => values[name] ?? `:${name}`);
+
+/** The partner API's URLs, from the path table (src/http/paths.ts): no test spells a partner path by hand. */
+export const urls = {
+  agentStatus: agentStatusUrl,
+  statusChanges: (agentId: string) => filled(partnerRoutes.statusChanges, { agentId }),
+  openApi: partnerPath(partnerRoutes.openApi),
+  webhookEndpoints: partnerPath(partnerRoutes.webhookEndpoints),
+  webhookEndpoint: (endpointId: string) => filled(partnerRoutes.webhookEndpoint, { endpointId }),
+  webhookSecretRotation: (endpointId: string) => filled(partnerRoutes.webhookSecretRotation, { endpointId }),
+  webhookDeliveries: (endpointId: string) => filled(partnerRoutes.webhookDeliveries, { endpointId }),
+  webhookDeliveryRetry: (endpointId: string, deliveryId: string) => filled(partnerRoutes.webhookDeliveryRetry, { endpointId, deliveryId }),
+};
 
 /**
  * Any body, with or without a key (`undefined` or `null` sends no x-api-key header): for the

@@ -50,13 +50,15 @@ function protocol(options: { slots?: number; delayMs?: number; clock?: Clock; fe
     owner: 'unit',
     stores,
     workerStores: stores,
-    pauseSpendingPeriods: async (ids, callKey) => {
-      calls.push({ ids, at: Date.now(), recorded: stores.recorded.get(callKey)?.campaignIds.join() === ids.join() });
-      stores.statements.push('spend_call');
-      await new Promise((resolve) => setTimeout(resolve, options.delayMs ?? 0));
-      return { confirmed: [...ids] };
+    spendManagement: {
+      pauseSpendingPeriods: async (ids, callKey) => {
+        calls.push({ ids, at: Date.now(), recorded: stores.recorded.get(callKey)?.campaignIds.join() === ids.join() });
+        stores.statements.push('spend_call');
+        await new Promise((resolve) => setTimeout(resolve, options.delayMs ?? 0));
+        return { confirmed: [...ids] };
+      },
     },
-    markPausedInCampaignState: async (ids) => ({ confirmed: [...ids] }),
+    campaignState: { markPaused: async (ids) => ({ confirmed: [...ids] }) },
     expiredKeys: { purgeExpired: async () => 0 },
     metrics: createMetrics({ collectDefaults: false }),
     log: createLogger('silent'),

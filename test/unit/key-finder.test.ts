@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { issueKey } from '../../src/auth/issued-key.js';
 import { hashKey, PartnerKeyStore, parseKeySet } from '../../src/auth/partner-keys.js';
 import { fingerprintKey, holdsKnownKey, KeyFinder, redactKnownKeys } from '../../src/observability/key-finder.js';
+import { urls } from '../support/partner.js';
 import { slowOnes, worstCaseInputs } from '../support/worst-case.js';
 
 const networkId = '8d2f6a4c-1b3e-4f5a-9c7d-0e1f2a3b4c5d';
@@ -24,7 +25,7 @@ describe('a loaded key is found wherever it stands in a text', () => {
   const store = storeOf([{ key: raw }, { key: issued }]);
 
   it.each([
-    ['a path', (k: string) => `/partner/agents/${k}/status`],
+    ['a path', (k: string) => urls.agentStatus(k)],
     ['a user agent', (k: string) => `client/${k}`],
     ['glued to other characters', (k: string) => `xx${k}yy`],
     ['a JSON log line', (k: string) => `{"msg":"x","path":"/a${k}b"}`],

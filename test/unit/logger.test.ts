@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, vi } from 'vitest';
 import { createLogger } from '../../src/observability/logger.js';
+import { statusPath } from '../support/partner.js';
 import { logCapture } from '../support/service.js';
 
 const key = `pk_test_${randomBytes(24).toString('base64url')}`;
@@ -32,12 +33,12 @@ describe('logger: nothing key-like reaches a line, at any level', () => {
   it('logs a request as method, path and route: never its query string or headers', () => {
     const request = {
       method: 'GET',
-      url: `/partner/agents/status?api_key=${key}`,
+      url: `${statusPath}?api_key=${key}`,
       headers: { 'x-api-key': key },
-      routeOptions: { url: '/partner/agents/status' },
+      routeOptions: { url: statusPath },
     };
     const { line, text } = logOnce((logger) => logger.info({ req: request }, 'incoming'));
-    expect(line.req).toEqual({ method: 'GET', path: '/partner/agents/status', route: '/partner/agents/status' });
+    expect(line.req).toEqual({ method: 'GET', path: statusPath, route: statusPath });
     expect(text).not.toContain(key);
   });
 

@@ -9,6 +9,7 @@ import {
 } from '../../src/agents/set-agent-status.js';
 import { answerOf } from '../../src/http/answers.js';
 import { DependencyError } from '../../src/observability/dependency-calls.js';
+import { urls } from '../support/partner.js';
 
 const agentId = 'us-east-1:00000000-0000-4000-8000-000000000001';
 const inProgress = { agentId, networkId: 'n1', enabled: false, activeUnpausedCampaignCount: 5, disableInProgress: true };
@@ -60,7 +61,7 @@ describe('the answer catalogue', () => {
     const incomplete = answerOf({ error: new DisableIncomplete(0, 5, { kind: 'deadline' }, inProgress) }, '2026-12-01', 'r');
     for (const answer of [preferred, incomplete]) {
       expect(answer).toMatchObject({ status: 202, body: inProgress, outcome: 'accepted' });
-      expect(answer.headers.location).toBe(`/partner/agents/${agentId}/status`);
+      expect(answer.headers.location).toBe(urls.agentStatus(agentId));
     }
     expect(preferred.headers['preference-applied']).toBe('respond-async');
     expect(incomplete.headers['preference-applied']).toBeUndefined();

@@ -85,3 +85,23 @@ describe('the spend-management scheduler', () => {
     expect(submit(request('b'), 'b0')).toBeInstanceOf(Promise);
   });
 });
+
+describe('a slot asked for by the run', () => {
+  it('is held until released, and released once however often it is released', async () => {
+    const scheduler = new SpendScheduler(1, 10);
+    const first = await scheduler.acquire(request('a'));
+    let second: { release(): void } | undefined;
+    void scheduler.acquire(request('b')).then((slot) => {
+      second = slot;
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect([scheduler.inFlight, second]).toEqual([1, undefined]);
+    first.release();
+    first.release();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(second).toBeDefined();
+    expect(scheduler.inFlight).toBe(1);
+    second!.release();
+    expect(scheduler.inFlight).toBe(0);
+  });
+});

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { issueKey } from '../../src/auth/issued-key.js';
 // The preload does nothing when imported here: vitest sets OTEL_SDK_DISABLED=true.
 import { egressOnlyTraceContext, redacted, scrubAttributes, scrubbingExporter, scrubSpan } from '../../src/telemetry.js';
+import { statusPath } from '../support/partner.js';
 import { slowOnes, worstCaseInputs } from '../support/worst-case.js';
 
 type SpanExporter = NodeSDKConfiguration['traceExporter'];
@@ -73,9 +74,7 @@ describe('span scrubbing: the last line before export', () => {
   });
 
   it('leaves a clean span untouched (same object), so the common case costs no copy', () => {
-    const span = asReadable(
-      new FakeSpan('POST /partner/agents/status', { 'url.path': '/partner/agents/status', 'http.route': '/partner/agents/status' }),
-    );
+    const span = asReadable(new FakeSpan('POST /partner/agents/status', { 'url.path': statusPath, 'http.route': statusPath }));
     expect(scrubSpan(span)).toBe(span);
   });
 
