@@ -143,6 +143,7 @@ export function createDisableProtocol(deps: ProtocolDeps) {
         pauseSpending: (ids, key) => spendBreaker.fire(ids, key),
         markPausedInStore: (ids) => stateBreaker.fire(ids),
         checkSharedClaims: (parts, sentKey) => deps.stores.queue.checkSharedClaims(parts, sentKey),
+        breakerOpen: () => spendBreaker.breaker.opened,
         clock: runner.clock,
         claimCheckMaxAgeMs: workerSettings.claimCheckMaxAgeMs,
         lingerMs: bulkSettings.callLingerMs,

@@ -20,6 +20,8 @@ export interface SharedCallPorts {
   /** The campaign state, behind the Redis breaker: one round trip (a pipeline) for the whole call. */
   markPausedInStore: (campaignIds: readonly string[]) => Promise<{ confirmed: string[] }>;
   checkSharedClaims: (parts: readonly SharedPart[], sentKey: string) => Promise<Set<string>>;
+  /** Whether the spend-management breaker is open: a call that would not be sent is not checked, so not recorded. */
+  breakerOpen: () => boolean;
   clock: Clock;
   /** The oldest claim-check answer a call may start on (as for a run's own calls). */
   claimCheckMaxAgeMs: number;
@@ -157,6 +159,11 @@ export class SharedCalls {
       return false;
     });
     if (joining.length === 0) return;
+    if (this.ports.breakerOpen()) {
+      const open = new DependencyError('spend_management', 'breaker_open', 'circuit open, call not attempted');
+      for (const entry of joining) entry.reject(open);
+      return;
+    }
     const sentKey = randomUUID();
     const sentAt = clock.now();
     const parts = joining.map((entry) => ({

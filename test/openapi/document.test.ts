@@ -170,6 +170,8 @@ describe('the document is a partner reference', () => {
   it('documents the partner routes only: not the probes', () => {
     expect(Object.keys(generated.paths).sort()).toEqual([
       statusPath,
+      '/partner/agents/status/batch',
+      '/partner/agents/status/batch/{batchId}',
       '/partner/agents/{agentId}/status',
       '/partner/agents/{agentId}/status-changes',
       urls.openApi,

@@ -56,6 +56,34 @@ function standingResult(networkId: string, change: BatchChange, standing: Change
   return { value: { agentId, networkId, enabled: false, pausedCampaignCount: 0 } };
 }
 
+/** A batch's answers, kept in its row a few at a time (at most every `keepEveryMs`), in order. */
+class AnswerKeeper {
+  private unkept: Record<string, ItemAnswer> = {};
+  private keeping: Promise<void> = Promise.resolve();
+  private timer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(
+    private readonly batches: StatusBatches,
+    private readonly batchId: string,
+    private readonly failed: (error: unknown) => void,
+  ) {}
+
+  add(index: number, answer: ItemAnswer): void {
+    this.unkept[String(index)] = answer;
+    this.timer ??= setTimeout(() => void this.flush(), keepEveryMs);
+  }
+
+  /** Keeps what is not kept yet; resolves once everything added so far is kept (or failed). */
+  flush(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    const answers = this.unkept;
+    this.unkept = {};
+    this.keeping = this.keeping.then(() => this.batches.keep(this.batchId, answers)).catch(this.failed);
+    return this.keeping;
+  }
+}
+
 export const statusBatchRoute: FastifyPluginAsyncTypebox<StatusBatchRouteDeps> = async (app, deps) => {
   const { metrics, batches } = deps;
   const answered = (answer: string) => metrics.convenienceAnswers.inc({ route: statusBatchRouteLabel, answer });
@@ -179,20 +207,9 @@ export const statusBatchRoute: FastifyPluginAsyncTypebox<StatusBatchRouteDeps> =
       metrics.batchSize.observe({ partner: partner.name }, changes.length);
 
       // Answers are kept as they come, a few at a time, so the batch's resource reads them.
-      let unkept: Record<string, ItemAnswer> = {};
-      let keeping: Promise<void> = Promise.resolve();
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const keep = () => {
-        timer = undefined;
-        const answers = unkept;
-        unkept = {};
-        keeping = keeping
-          .then(() => batches.keep(batchId, answers))
-          .catch((error: unknown) => {
-            request.log.warn({ reason: (error as Error).message }, 'bulk change answers not kept');
-          });
-        return keeping;
-      };
+      const keeper = new AnswerKeeper(batches, batchId, (error) =>
+        request.log.warn({ reason: (error as Error).message }, 'bulk change answers not kept'),
+      );
       const recordedAll = Promise.withResolvers<void>();
       const results = new Array<ItemAnswer & { agentId: string }>(changes.length);
       const done = prepared.start({
@@ -201,16 +218,12 @@ export const statusBatchRoute: FastifyPluginAsyncTypebox<StatusBatchRouteDeps> =
           const { status, body, outcome } = itemAnswer(result, version, request.id);
           const change = changes[index]!;
           results[index] = { agentId: change.agentId, status, body };
-          unkept[String(index)] = { status, body };
-          timer ??= setTimeout(keep, keepEveryMs);
+          keeper.add(index, { status, body });
           metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(change.enabled), outcome });
           metrics.batchItems.inc({ partner: partner.name, enabled: String(change.enabled), status: String(status) });
         },
       });
-      const finished = done.then(async () => {
-        if (timer) clearTimeout(timer);
-        await keep();
-      });
+      const finished = done.then(() => keeper.flush());
       if (readPrefer(request.headers.prefer).respondAsync) {
         await Promise.race([recordedAll.promise, finished]);
         finished.catch(() => undefined);
