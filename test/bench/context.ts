@@ -17,6 +17,7 @@ import { startOtlpSink } from './otlp-sink.js';
 import type { EventFigures } from './phases/events.js';
 import type { FloodFigures } from './phases/flood.js';
 import type { PreferFigures } from './phases/prefer.js';
+import type { BulkFigures } from './phases/bulk.js';
 import type { StatementCost } from './phases/statements.js';
 import type { WebhookFigures } from './phases/webhooks.js';
 import { type Child, pinLoadGenerator, pinning, root, startPinned, tail } from './processes.js';
@@ -73,6 +74,8 @@ export interface Results {
   events?: EventFigures;
   /** Partner webhooks (phases/webhooks.ts). */
   webhooks?: WebhookFigures;
+  /** Bulk status changes (phases/bulk.ts). */
+  bulk?: BulkFigures;
 }
 
 /** A service process started the way `npm start` starts it. */
