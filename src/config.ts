@@ -58,8 +58,8 @@ export interface Config {
   /**
    * Bulk status changes (docs/interfaces.md §16): BULK_STATEMENTS_IN_FLIGHT, the recording
    * statements one batch has in flight at once, and BULK_CALL_LINGER_MS, how long a shared
-   * spend-management call smaller than 100 campaigns waits for more while the batch's other agents
-   * are still on their way.
+   * spend-management call smaller than 100 campaigns waits without a new part while agents of the
+   * batch are still being recorded.
    */
   bulk: { statementsInFlight: number; callLingerMs: number };
   worker: WorkerSettings;
@@ -434,7 +434,7 @@ function readConfig(env: Env): Config {
     },
     bulk: {
       statementsInFlight: integer(env, 'BULK_STATEMENTS_IN_FLIGHT', 4, 1, 64),
-      callLingerMs: integer(env, 'BULK_CALL_LINGER_MS', 50, 0, 5_000),
+      callLingerMs: integer(env, 'BULK_CALL_LINGER_MS', 500, 0, 5_000),
     },
     pipeline: {
       // A disable alone in the replica may use every spend-management slot (the scheduler shares

@@ -135,7 +135,7 @@ export function createDisableProtocol(deps: ProtocolDeps) {
     waitPollMs: settings.waitPollMs,
     answerMarginMs: settings.answerMarginMs,
   });
-  const bulkSettings = settings.bulk ?? { statementsInFlight: 4, callLingerMs: 50 };
+  const bulkSettings = settings.bulk ?? { statementsInFlight: 4, callLingerMs: 500 };
   const newSharedCalls = (networkId: string) =>
     new SharedCalls(
       {

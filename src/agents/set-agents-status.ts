@@ -105,7 +105,7 @@ export function createBulkStatusUseCase(deps: BulkStatusDeps) {
           recorded = true;
           recordedOne();
         };
-        const leave = change.enabled ? () => undefined : shared.join();
+        const member = change.enabled ? undefined : shared.join();
         let result: BulkItemResult;
         try {
           const value = await deps.agentStatus.setAgentStatus({
@@ -115,13 +115,21 @@ export function createBulkStatusUseCase(deps: BulkStatusDeps) {
             partnerName: command.partnerName,
             requestId: command.requestId,
             deadline: command.deadline,
-            bulk: { allowanceHeld: true, shared, gate, recorded: markRecorded },
+            bulk: {
+              allowanceHeld: true,
+              shared,
+              gate,
+              recorded: () => {
+                member?.recorded();
+                markRecorded();
+              },
+            },
           });
           result = { value };
         } catch (error) {
           result = { error };
         } finally {
-          leave();
+          member?.leave();
           releaseOf.get(change.agentId)?.();
         }
         markRecorded();

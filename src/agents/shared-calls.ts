@@ -72,6 +72,8 @@ export class SharedCalls {
   private waitingCampaigns = 0;
   /** Agents of the change whose changes are going on (joined, not left). */
   private live = 0;
+  /** Agents of the change not recorded yet: each brings its first batch once it is. */
+  private coming = 0;
   private timer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(
@@ -79,15 +81,30 @@ export class SharedCalls {
     private readonly owner: CallOwner,
   ) {}
 
-  /** An agent's change starts; the returned function is called once it has answered. */
-  join(): () => void {
+  /**
+   * An agent's change starts: `recorded` once its disable is recorded (its first batch follows at
+   * once), `leave` once it has answered.
+   */
+  join(): { recorded: () => void; leave: () => void } {
     this.live += 1;
+    this.coming += 1;
+    let recorded = false;
     let left = false;
-    return () => {
-      if (left) return;
-      left = true;
-      this.live -= 1;
+    const markRecorded = () => {
+      if (recorded) return;
+      recorded = true;
+      this.coming -= 1;
       this.form();
+    };
+    return {
+      recorded: markRecorded,
+      leave: () => {
+        if (left) return;
+        markRecorded();
+        left = true;
+        this.live -= 1;
+        this.form();
+      },
     };
   }
 
@@ -100,20 +117,22 @@ export class SharedCalls {
     });
   }
 
-  /** Sends what is ready: full calls, and the rest once nothing more can come. */
+  /**
+   * Sends what is ready: full calls at once; the rest once nothing more can come (no agent of the
+   * change is still being recorded, or every one still going on is waiting here), or after
+   * `lingerMs` without a new part (an agent held up elsewhere, say by a row another transaction holds).
+   */
   private form(): void {
     while (this.waitingCampaigns >= maxCallSize) this.send(this.take());
-    if (this.waiting.length === 0) {
-      this.stopTimer();
-      return;
-    }
+    this.stopTimer();
+    if (this.waiting.length === 0) return;
     const agentsWaiting = new Set(this.waiting.map((entry) => entry.part.agentId)).size;
-    if (agentsWaiting >= this.live) {
+    if (this.coming === 0 || agentsWaiting >= this.live) {
       this.send(this.take());
       this.form();
       return;
     }
-    this.timer ??= setTimeout(() => {
+    this.timer = setTimeout(() => {
       this.timer = undefined;
       if (this.waiting.length > 0) this.send(this.take());
       this.form();
