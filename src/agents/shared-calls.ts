@@ -94,7 +94,8 @@ export class SharedCalls {
       if (recorded) return;
       recorded = true;
       this.coming -= 1;
-      this.form();
+      // Its first batch is on its way (a few promise steps behind): looked at once they are taken.
+      setImmediate(() => this.form());
     };
     return {
       recorded: markRecorded,
