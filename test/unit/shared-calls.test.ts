@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { ClaimCheck } from '../../src/agents/claim-check.js';
 import { type PartOutcome, SharedCalls } from '../../src/agents/shared-calls.js';
+import { systemClock } from '../../src/clock.js';
 import type { SharedPart } from '../../src/stores/disable-queue.js';
 
 // The shared calls of one bulk change (src/agents/shared-calls.ts): parts packed into calls of up to
@@ -33,7 +34,7 @@ function harness(superseded: ReadonlySet<string> = new Set()): Harness {
         return new Set(parts.map((part) => part.agentId).filter((agentId) => !superseded.has(agentId)));
       },
       breakerOpen: () => false,
-      clock: { now: () => performance.now(), sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)) },
+      clock: systemClock,
       claimCheckMaxAgeMs: 60_000,
       lingerMs: 1_000,
     },
