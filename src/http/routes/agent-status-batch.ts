@@ -10,7 +10,7 @@ import { DependencyError } from '../../observability/dependency-calls.js';
 import type { Metrics } from '../../observability/metrics.js';
 import { idempotencyKeyDigest } from '../../stores/idempotency-keys.js';
 import type { BatchChange, BatchRow, ChangeStanding, ItemAnswer, StatusBatches } from '../../stores/status-batches.js';
-import { answerOf } from '../answers.js';
+import { type Answer, answerOf } from '../answers.js';
 import { versionOf } from '../api-version-hooks.js';
 import type { BatchAllowance } from '../batch-allowance.js';
 import { readIdempotencyKey, readPrefer } from '../conveniences.js';
@@ -35,9 +35,9 @@ const keepEveryMs = 250;
 const finalStatuses = new Set([200, 404, 409]);
 
 /** One change's answer in the batch's results: the single call's status and body (src/http/answers.ts). */
-function itemAnswer(result: BulkItemResult, version: ApiVersion, requestId: string): ItemAnswer & { outcome: string } {
+function itemAnswer(result: BulkItemResult, version: ApiVersion, requestId: string): ItemAnswer & { outcome: string; log?: Answer['log'] } {
   const answer = answerOf(result, version, requestId);
-  return { status: answer.status, body: answer.body, outcome: answer.outcome };
+  return { status: answer.status, body: answer.body, outcome: answer.outcome, log: answer.log };
 }
 
 /** How a change without a final kept answer stands, as the single call's result would say it. */
@@ -215,8 +215,10 @@ export const statusBatchRoute: FastifyPluginAsyncTypebox<StatusBatchRouteDeps> =
       const done = prepared.start({
         allRecorded: recordedAll.resolve,
         answered: (index, result) => {
-          const { status, body, outcome } = itemAnswer(result, version, request.id);
+          const { status, body, outcome, log } = itemAnswer(result, version, request.id);
           const change = changes[index]!;
+          // The single call's one log line, for this change (its agent named).
+          if (log) request.log.error({ ...log.fields, agentId: change.agentId, batchIndex: index }, log.message);
           results[index] = { agentId: change.agentId, status, body };
           keeper.add(index, { status, body });
           metrics.agentStatusChanges.inc({ partner: partner.name, enabled: String(change.enabled), outcome });
