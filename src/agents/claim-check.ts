@@ -16,7 +16,7 @@ export interface ClaimAnswer {
 /**
  * One run's claim checks, made inside the spend-management slot right before its calls. Each check
  * is one statement that tells whether the claim is still the run's (renewing the lease once a third
- * of it is gone) and, only when it is, records the calls it allows in the write-ahead record
+ * of it is gone) and, only when it is, records the calls it allows in the call record
  * (pause_calls, one row per call). Calls that get their slots while a check is under way wait for the next one,
  * started after they asked, which records them all: every call is covered by a check begun once its
  * slot was granted, and one run never has more than one check in flight. Local durations are

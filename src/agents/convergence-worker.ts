@@ -124,8 +124,11 @@ function queueGauges(deps: Pick<WorkerDeps, 'stores' | 'metrics' | 'settings'>, 
   };
 }
 
-/** Claims of the write-ahead record per settling round, and rounds in a row at most. */
-const recordedClaimSize = 500;
+/**
+ * Calls per settling round of the call record (each up to 100 campaigns, settled side by side: a
+ * spend-management call and a statement each), and rounds in a row at most.
+ */
+const recordedClaimSize = 8;
 const recordedRoundsPerPoll = 10;
 
 /**

@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
 import type { BreakerSettings, Config, PipelineSettings, WorkerSettings } from '../config.js';
+import { DependencyError } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { createBreaker } from '../stores/breaker.js';
 import type { CampaignStateStore } from '../stores/campaign-state.js';
@@ -102,8 +103,13 @@ export function createDisableProtocol(deps: ProtocolDeps) {
   const ports: PausePorts = {
     // The run asks for a slot and checks its claim inside it: a batch that waited for capacity
     // while an enable answered, or while another replica took the disable over, is never sent.
+    // An open breaker is seen before the check: a call that would not be sent is not recorded.
     async spendSlot(owner) {
       const slot = await slots.acquire(owner);
+      if (spendBreaker.breaker.opened) {
+        slot.release();
+        throw new DependencyError('spend_management', 'breaker_open', 'circuit open, call not attempted');
+      }
       return { pause: (batch) => spendBreaker.fire(batch.campaignIds, batch.callKey), release: () => slot.release() };
     },
     markPausedInStore: (ids) => stateBreaker.fire(ids),

@@ -44,8 +44,9 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * This replica's recorded calls known to have paused nothing (not sent after all, or answered with
- * a failure) whose record is not deleted yet. The deletion is tried again, with the capped backoff,
- * until the database answers (a statement that hung or failed leaves the record in place, and a
+ * a failure) whose record is not deleted yet. The deletion is tried again (100 ms doubling to 1 s,
+ * with jitter: well within the record's lease, after which another replica would take the record
+ * for a call in doubt) until the database answers (a statement that hung or failed leaves the record in place, and a
  * record left in place reads as a call in doubt): so the record of a call that was never sent does
  * not outlive the run's knowledge of it. Until it is deleted, this replica's worker never sends
  * such a call (it deletes the record instead). Only a replica that dies before the deletion leaves
@@ -55,13 +56,18 @@ class UnsentCalls {
   private readonly keys = new Map<string, SentPauses>();
   private draining: Promise<void> | undefined;
 
-  constructor(
-    private readonly backoff: { baseMs: number; maxMs: number },
-    private readonly stopped: AbortSignal,
-  ) {}
+  private static readonly retryBaseMs = 100;
+  private static readonly retryMaxMs = 1_000;
+
+  constructor(private readonly stopped: AbortSignal) {}
 
   has(callKey: string): boolean {
     return this.keys.has(callKey);
+  }
+
+  /** Resolves once no deletion is under way (at a shutdown, before the pools close; bounded by the replica's own shutdown time-out). */
+  async drained(): Promise<void> {
+    while (this.draining) await this.draining;
   }
 
   add(sentPauses: SentPauses, callKey: string): void {
@@ -91,7 +97,7 @@ class UnsentCalls {
       }
       if (!failed) attempt = 0;
       else if (this.stopped.aborted) return;
-      else await sleep(Math.min(this.backoff.maxMs, this.backoff.baseMs * 2 ** Math.min(attempt, 20)) * (0.5 + Math.random() / 2));
+      else await sleep(Math.min(UnsentCalls.retryMaxMs, UnsentCalls.retryBaseMs * 2 ** Math.min(attempt, 10)) * (0.5 + Math.random() / 2));
     }
   }
 }
@@ -137,7 +143,7 @@ export class DisableRunner {
     /** The runs' clock (stop times, claim-check ages, leases): the process's, or a test's. */
     readonly clock: Clock = systemClock,
   ) {
-    this.unsent = new UnsentCalls(settings.backoff, this.shutdown.signal);
+    this.unsent = new UnsentCalls(this.shutdown.signal);
   }
 
   /**
@@ -168,6 +174,8 @@ export class DisableRunner {
   /** Resolves once no run is going on. */
   async idle(): Promise<void> {
     while (this.runs.size > 0) await Promise.allSettled([...this.runs.values()].map((run) => run.done));
+    // The records of calls known not to have been sent are deleted before the pools close.
+    await this.unsent.drained();
   }
 
   /**

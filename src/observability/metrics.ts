@@ -157,7 +157,7 @@ function keyMetrics(registry: Registry, keys: KeyState) {
   };
 }
 
-/** Readiness, and the disables that go on after their request: the queue, the write-ahead record, the worker. */
+/** Readiness, and the disables that go on after their request: the queue, the call record, the worker. */
 function disableMetrics(registry: Registry) {
   return {
     ready: new Gauge({
@@ -187,7 +187,7 @@ function disableMetrics(registry: Registry) {
     }),
     unsettledCampaignsSettled: new Counter({
       name: 'unsettled_campaigns_settled_total',
-      help: "Campaigns of the write-ahead record that this replica's worker settled (paused in Redis and marked in the database) for a run that could not.",
+      help: "Campaigns of the call record that this replica's worker settled (paused in Redis and marked in the database) for a run that could not.",
       registers: [registry],
     }),
     workerAttempts: new Counter({

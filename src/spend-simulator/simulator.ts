@@ -26,6 +26,8 @@ export interface SimulatorRequest {
   at: string;
   /** Answered 422: the key came back with other campaigns than its first use (strict keys). */
   keyReused?: true;
+  /** The status answered (undefined while it hangs, or when it never answered). */
+  status?: number;
 }
 
 const uuid = '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
@@ -104,7 +106,7 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     const firstTime = firstUse === undefined;
     const campaigns = request.body.campaignIds.join(',');
     const reused = strictKeys && !firstTime && firstUse !== campaigns;
-    requests.push({
+    const entry: SimulatorRequest = {
       campaignIds: request.body.campaignIds,
       idempotencyKey,
       replay: !firstTime,
@@ -112,10 +114,12 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
       baggage: typeof baggage === 'string' ? baggage : undefined,
       at: new Date().toISOString(),
       ...(reused ? { keyReused: true as const } : {}),
-    });
+    };
+    requests.push(entry);
     if (requests.length > keep) requests = requests.slice(-keep);
     if (reused) {
       keysReused += 1;
+      entry.status = 422;
       return reply.code(422).send({ error: 'idempotency key reused with other campaigns' });
     }
     if (firstTime) {
@@ -124,9 +128,13 @@ export function createSpendSimulator(options: SimulatorOptions = {}) {
     }
 
     if (behaviour.mode === 'fail' && behaviour.failAfter > 0) behaviour.failAfter -= 1;
-    else if (behaviour.mode === 'fail') return reply.code(behaviour.failStatus).send({ error: 'simulated failure' });
+    else if (behaviour.mode === 'fail') {
+      entry.status = behaviour.failStatus;
+      return reply.code(behaviour.failStatus).send({ error: 'simulated failure' });
+    }
     if (behaviour.mode === 'hang') return new Promise<never>(() => undefined); // ends when the server closes
     if (behaviour.mode === 'slow') await new Promise((resolve) => setTimeout(resolve, behaviour.delayMs));
+    entry.status = 200;
     if (earlier) return { paused: earlier };
     const accepted = request.body.campaignIds.filter((id) => !refused.has(id));
     for (const id of accepted) paused.add(id);

@@ -486,7 +486,14 @@ describe('a call recorded and not sent whose forget does not answer, then an ena
     const proxy = await startTcpProxy(databaseTarget(), { marker: 'forgotten', count: 1 });
     try {
       const leases = { WORKER_LEASE_MS: '4000' };
-      const slow = await calm({ ...leases, DATABASE_URL: through(proxy.port), CLAIM_CHECK_MAX_AGE_MS: '50' });
+      // The slow replica's worker does not run the disable again before the enable.
+      const slow = await calm({
+        ...leases,
+        DATABASE_URL: through(proxy.port),
+        CLAIM_CHECK_MAX_AGE_MS: '50',
+        WORKER_BACKOFF_BASE_MS: '30000',
+        WORKER_BACKOFF_MAX_MS: '30000',
+      });
       const other = await replica(leases);
       const agentId = await db.agent(networkId);
       const ids = await db.campaigns(agentId, 100);

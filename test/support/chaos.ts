@@ -5,10 +5,13 @@
 // everything heals and the invariants of docs/interfaces.md §7 and §9 must hold:
 // - the three stores agree on every campaign, both ways: paused in the database implies paused in
 //   spend management and Redis, and nothing is paused there while it runs in the database (what a
-//   run sent is settled through the write-ahead record, whatever became of the run);
+//   run sent is settled through the call record, whatever became of the run);
 // - every disabled agent converges within 60 s of healing, with no request;
 // - no pause call starts after an enable answered (unless a later disable was recorded; a call
-//   sent again with its own key, to complete it, is not a new one);
+//   sent again with its own key, to complete it, is not a new one): no first send after an enable,
+//   and no call answered with a failure sent again after it;
+// - spend management holds its keys strictly (the simulator's 422 for a key that comes back with
+//   other campaigns): every key is sent with one list of campaigns, and none is answered 422;
 // - exactly one change row per request that reached its statement;
 // - every committed change and completion has exactly one event on the stream, in order per agent.
 // The seed is printed so that a failure can be replayed: CHAOS_SEED=<n> CHAOS_SECONDS=<s>;
@@ -256,7 +259,7 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
           ? { SPEND_MANAGEMENT_MAX_CONCURRENCY: process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY }
           : {}),
       },
-      { keepRequests: 100_000 },
+      { keepRequests: 100_000, strictKeys: true },
     );
   });
 
@@ -481,12 +484,12 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       // The three stores agree on every campaign, both ways (docs/interfaces.md §9): paused in the
       // database implies paused everywhere, and nothing is paused in spend management or Redis while
       // it runs in the database. What a run sent and could not settle is settled by the workers
-      // through the write-ahead record, within the same 60 s.
+      // through the call record, within the same 60 s.
       const allCampaigns = [...agentOfCampaign.keys()];
       const stores = { pool: db.pool, redis: redis.reader, isPausedInSpendManagement: (id: string) => sim.isPaused(id) };
       for (;;) {
         const left = await disagreements(stores, allCampaigns);
-        const { rows: unsettled } = await db.pool.query('SELECT count(*)::int AS n FROM sent_pauses');
+        const { rows: unsettled } = await db.pool.query('SELECT count(*)::int AS n FROM pause_calls');
         if (left.length === 0 && unsettled[0].n === 0) break;
         if (Date.now() - healedAt > 60_000) {
           throw new Error(
@@ -508,10 +511,15 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       );
       const answered = new Map(sent.filter((s) => s.answeredAt !== undefined).map((s) => [s.requestId, s]));
       const violations: string[] = [];
+      /** Each key's first send: its campaigns and the status it was answered with. */
+      const firstSends = new Map<string, { campaigns: string; status: number | undefined }>();
+      const reusedKeys: string[] = [];
+      let firstSendsAfterEnable = 0;
       for (const call of sim.requests()) {
-        // A call sent again with the key of an earlier one completes that call (its outcome was in
-        // doubt): it is not a new pause call, and an enable does not stop it.
-        if (call.replay) continue;
+        const first = firstSends.get(call.idempotencyKey);
+        if (!first) firstSends.set(call.idempotencyKey, { campaigns: call.campaignIds.join(), status: call.status });
+        // Strict keys: a key comes back only with the campaigns of its first send, whole.
+        if (call.keyReused || (first && first.campaigns !== call.campaignIds.join())) reusedKeys.push(call.idempotencyKey);
         const at = Date.parse(call.at);
         const agentId = agentOfCampaign.get(call.campaignIds[0]!);
         if (!agentId) continue;
@@ -524,8 +532,22 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
           .at(-1);
         if (!enable) continue;
         const laterDisable = ofAgent.some((c) => !c.enabled && Number(c.change_id) > Number(enable.change_id));
-        if (!laterDisable) violations.push(`${agentId}: call at ${call.at} after enable ${enable.request_id}`);
+        if (laterDisable) continue;
+        // A call sent again with the key of an earlier one completes that call (its answer never
+        // came): not a new pause call, and an enable does not stop it; unless its first send was
+        // answered with a failure (it paused nothing: nothing to complete).
+        if (!first) {
+          firstSendsAfterEnable += 1;
+          violations.push(`${agentId}: first send at ${call.at} after enable ${enable.request_id}`);
+        } else if (first.status !== undefined && first.status !== 200) {
+          violations.push(`${agentId}: a call answered ${first.status} sent again at ${call.at} after enable ${enable.request_id}`);
+        }
       }
+      console.log(
+        `chaos: ${firstSends.size} keys, ${reusedKeys.length} reused with other campaigns, ${firstSendsAfterEnable} first sends after an enable`,
+      );
+      expect(reusedKeys, `seed ${seed}`).toEqual([]);
+      expect(sim.keysReused(), `seed ${seed}`).toBe(0);
       expect(violations, `seed ${seed}`).toEqual([]);
 
       // One change row per request that reached its statement; none for one that did not.
