@@ -66,6 +66,13 @@ export interface Config {
   shutdownTimeoutMs: number;
   limits: LimitSettings;
   pipeline: PipelineSettings;
+  /**
+   * Bulk status changes (docs/interfaces.md §16): BULK_STATEMENTS_IN_FLIGHT, the recording
+   * statements one batch has in flight at once, and BULK_CALL_LINGER_MS, how long a shared
+   * spend-management call smaller than 100 campaigns waits without a new part while agents of the
+   * batch are still being recorded.
+   */
+  bulk: { statementsInFlight: number; callLingerMs: number };
   worker: WorkerSettings;
   secretsManager: SecretsManagerSettings;
   /** API_VERSION_DEPRECATIONS: which API versions are deprecated, when they sunset, where partners read about it. */
@@ -519,6 +526,10 @@ function readConfig(env: Env): Config {
       overloadMaxEventLoopDelayMs: integer(env, 'OVERLOAD_MAX_EVENT_LOOP_DELAY_MS', 200, 10, 60_000),
       overloadUnauthenticatedUtilizationPercent: integer(env, 'OVERLOAD_UNAUTHENTICATED_UTILIZATION_PERCENT', 50, 1, 100),
       idempotencyKeysPerNetwork: integer(env, 'IDEMPOTENCY_KEYS_PER_NETWORK', 50_000, 1, 10_000_000),
+    },
+    bulk: {
+      statementsInFlight: integer(env, 'BULK_STATEMENTS_IN_FLIGHT', 4, 1, 64),
+      callLingerMs: integer(env, 'BULK_CALL_LINGER_MS', 500, 0, 5_000),
     },
     pipeline: {
       // A disable alone in the replica may use every spend-management slot (the scheduler shares

@@ -31,6 +31,7 @@ import { createSecretBox, developmentSecretsKey } from './stores/secret-box.js';
 import { createSentPauses } from './stores/sent-pauses.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
 import { boundedBy, serverBounds, statementsFor } from './stores/statements.js';
+import { createStatusBatches } from './stores/status-batches.js';
 import { createWebhookDeliveryStore } from './stores/webhook-deliveries.js';
 import { createWebhookEndpointStore } from './stores/webhook-endpoints.js';
 import { startLoops } from './workers/loops.js';
@@ -117,14 +118,17 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     }),
     (client) => client.close(),
   );
-  const { runner, useCase, worker, breakers } = createDisableProtocol({
+  const expiredBatches = createStatusBatches(workerPool, metrics);
+  const expiredKeys = createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork, statement);
+  const { runner, useCase, bulk, worker, breakers } = createDisableProtocol({
     settings: protocolSettings(config),
     owner,
     stores: { agents, queue, sentPauses },
     workerStores,
     spendManagement: spend,
     campaignState,
-    expiredKeys: createIdempotencyKeys(workerPool, metrics, config.limits.idempotencyKeysPerNetwork, statement),
+    // The housekeeping deletes expired idempotency keys and expired bulk changes (kept 24 hours each).
+    expiredKeys: { purgeExpired: async (limit) => (await expiredKeys.purgeExpired(limit)) + (await expiredBatches.purgeExpired(limit)) },
     metrics,
     log: logger,
   });
@@ -153,6 +157,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     rateLimitStore: { redis: rateLimitRedis, keyPrefix: config.redisKeyPrefix },
     apiVersionDeprecations: config.apiVersionDeprecations,
     webhooks: webhooks.routes,
+    bulk: { changes: bulk, batches: createStatusBatches(requestPool, metrics) },
   });
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
   // The worker's loops stop with the resources, before the pools they use close.

@@ -58,6 +58,24 @@ export class ClaimCheck {
     return this.next.answer;
   }
 
+  /** Whether a check sent at `at` renews the lease too (a third of it gone): asked by a shared call's check. */
+  renewDue(at: number): boolean {
+    return at - this.renewedAt > this.lease.leaseMs / 3;
+  }
+
+  /**
+   * The answer of a shared call's check (src/agents/shared-calls.ts) for this run: the check that
+   * covered it was sent at `sentAt`; `renewed` when it renewed the lease.
+   */
+  sharedAnswer(answer: { ours: boolean; sentAt: number; renewed: boolean } | { failed: unknown }): void {
+    if ('failed' in answer) {
+      this.reports.failed(answer.failed);
+      return;
+    }
+    if (answer.ours && answer.renewed) this.renewedBy(answer.sentAt);
+    if (!answer.ours) this.reports.claimLost();
+  }
+
   /** A statement sent at `sentAt` renewed the lease (a batch's mark, while the claim is the run's). */
   renewedBy(sentAt: number): void {
     this.renewedAt = Math.max(this.renewedAt, sentAt);

@@ -1,8 +1,8 @@
 // The disable protocol, composed once: breakers, spend-management slots, the claim check inside the slot, runner, use case and worker.
+import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
 import type { BreakerSettings, Config, PipelineSettings, WorkerSettings } from '../config.js';
-import { DependencyError } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import { createBreaker } from '../stores/breaker.js';
 import type { CampaignStateStore } from '../stores/campaign-state.js';
@@ -12,6 +12,8 @@ import { createConvergenceWorker } from './convergence-worker.js';
 import type { PausePorts, RunStores } from './disable-run.js';
 import { DisableRunner, maxBatchSize } from './disable-runs.js';
 import { createAgentStatusUseCase } from './set-agent-status.js';
+import { createBulkStatusUseCase } from './set-agents-status.js';
+import { SharedCalls } from './shared-calls.js';
 import { SpendScheduler } from './spend-scheduler.js';
 
 /** How the protocol runs: from the configuration (protocolSettings), or set by a test. */
@@ -28,6 +30,8 @@ export interface ProtocolSettings {
   waitPollMs?: number;
   /** How long before its deadline a request stops waiting, to count what is left and answer (the use case's default when unset). */
   answerMarginMs?: number;
+  /** Bulk changes (docs/interfaces.md §16): a batch's recording statements at once, and how long a shared call waits for more campaigns. */
+  bulk?: { statementsInFlight: number; callLingerMs: number };
 }
 
 /**
@@ -45,6 +49,7 @@ export function protocolSettings(config: Config): ProtocolSettings {
     disablesInFlightPerNetwork: config.limits.disablesInFlightPerNetwork,
     batchBudgetMs: config.spendManagementTimeoutMs + config.redisCommandTimeoutMs + config.databaseStatementTimeoutMs,
     flagRetryMs: 200,
+    bulk: config.bulk,
   };
 }
 
@@ -136,6 +141,23 @@ export function createDisableProtocol(deps: ProtocolDeps) {
     waitPollMs: settings.waitPollMs,
     answerMarginMs: settings.answerMarginMs,
   });
+  const bulkSettings = settings.bulk ?? { statementsInFlight: 4, callLingerMs: 500 };
+  const newSharedCalls = (networkId: string) =>
+    new SharedCalls(
+      {
+        inSlot: (owner, task) => slots.run(owner, task),
+        pauseSpending: (ids, key) => spendBreaker.fire(ids, key),
+        markPausedInStore: (ids) => stateBreaker.fire(ids),
+        checkSharedClaims: (parts, sentKey) => deps.stores.queue.checkSharedClaims(parts, sentKey),
+        breakerOpen: () => spendBreaker.breaker.opened,
+        clock: runner.clock,
+        claimCheckMaxAgeMs: workerSettings.claimCheckMaxAgeMs,
+        lingerMs: bulkSettings.callLingerMs,
+      },
+      // One lane of the network's turns for the whole batch: its calls take the network's share.
+      { networkId, agentId: `batch:${randomUUID()}`, background: false },
+    );
+  const bulk = createBulkStatusUseCase({ agentStatus: useCase, newSharedCalls, statementsInFlight: bulkSettings.statementsInFlight });
   const worker = createConvergenceWorker({
     stores: deps.workerStores,
     runner,
@@ -146,5 +168,5 @@ export function createDisableProtocol(deps: ProtocolDeps) {
     expiredKeys: deps.expiredKeys,
     clock: deps.clock,
   });
-  return { runner, useCase, worker, breakers: { spendManagement: spendBreaker.breaker, redis: stateBreaker.breaker } };
+  return { runner, useCase, bulk, worker, breakers: { spendManagement: spendBreaker.breaker, redis: stateBreaker.breaker } };
 }

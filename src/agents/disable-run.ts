@@ -7,6 +7,7 @@ import type { DisableQueue } from '../stores/disable-queue.js';
 import type { AnsweredCall, SentBatch, SentPauses } from '../stores/sent-pauses.js';
 import { ClaimCheck } from './claim-check.js';
 import { type Marked, MarkQueue, type MarkSlots } from './mark-queue.js';
+import type { PartOutcome, SharedCalls } from './shared-calls.js';
 import type { CallOwner } from './spend-scheduler.js';
 
 /** The stores a run pauses campaigns in, each behind its breaker; both resolve with what they confirmed. */
@@ -89,6 +90,8 @@ export interface RunRequest {
   onPaused?: (moved: number) => void;
   /** Called once agent_approved = false is committed by the run (it was not by the request). */
   onFlagged?: () => void;
+  /** A bulk change's shared calls (docs/interfaces.md §16): the run's batches go into calls shared with its other agents. */
+  shared?: SharedCalls;
 }
 
 /** What a run takes from the runner of its replica. */
@@ -308,14 +311,21 @@ export class DisableRun {
     const batch: SentBatch = { campaignIds: ids, callKey: randomUUID() };
     const recorded = { value: false };
     let spend: { confirmed: string[] } | undefined;
+    let sharedStore: PartOutcome['stored'] | undefined;
     try {
-      // The slot first, then the claim check (which records the call in the write-ahead record)
-      // inside it; only when that says yes is the call sent. undefined: it was not sent.
-      const slot = await this.side.ports.spendSlot(this.owner);
-      try {
-        spend = (await this.mayStart(batch, recorded)) ? await slot.pause(batch) : undefined;
-      } finally {
-        slot.release();
+      if (this.request.shared) {
+        const outcome = await this.sharedCall(this.request.shared, batch, recorded);
+        spend = outcome;
+        sharedStore = outcome?.stored;
+      } else {
+        // The slot first, then the claim check (which records the call in the write-ahead record)
+        // inside it; only when that says yes is the call sent. undefined: it was not sent.
+        const slot = await this.side.ports.spendSlot(this.owner);
+        try {
+          spend = (await this.mayStart(batch, recorded)) ? await slot.pause(batch) : undefined;
+        } finally {
+          slot.release();
+        }
       }
     } catch (error) {
       this.stops.fail(error);
@@ -337,7 +347,7 @@ export class DisableRun {
     }
     const confirmed = spend.confirmed;
     this.unsettled.set(batch.callKey, confirmed);
-    const stored = await this.side.ports.markPausedInStore(confirmed);
+    const stored = await (sharedStore ?? this.side.ports.markPausedInStore(confirmed));
     if (stored.confirmed.length < confirmed.length) this.notConfirmedBy('redis', confirmed.length - stored.confirmed.length);
     if (stored.confirmed.length === 0) return;
     // The batch read as the run's last, all confirmed: its statement may finish the run too.
@@ -362,6 +372,25 @@ export class DisableRun {
     );
     this.marksInFlight.add(settled);
     void settled.finally(() => this.marksInFlight.delete(settled));
+  }
+
+  /** The batch as its part of a call shared with the bulk change's other agents (src/agents/shared-calls.ts). */
+  private sharedCall(shared: SharedCalls, batch: SentBatch, recorded: { value: boolean }): Promise<PartOutcome | undefined> {
+    return shared.pause({
+      agentId: this.request.agentId,
+      lease: this.side.lease,
+      batch,
+      claims: this.claims!,
+      mayJoin: () => {
+        if (this.stops.claimLost || this.stops.failure) return false;
+        const stop = this.side.stopReason(this.request.stopAt);
+        if (stop) this.stops.stopped ??= stop;
+        return stop === undefined;
+      },
+      recorded: () => {
+        recorded.value = true;
+      },
+    });
   }
 
   /**

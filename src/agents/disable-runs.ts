@@ -250,9 +250,12 @@ export class DisableRunner {
       let confirmed = call.answered;
       if (confirmed === undefined) {
         const owner: CallOwner = { networkId: '', agentId: call.agentId, background: true };
+        // A part of a shared call is repeated as the whole call it was sent in; only its own campaigns are its to settle.
+        const sent = call.sentAs ?? { campaignIds: call.campaignIds, callKey: call.callKey };
         const slot = await this.ports.spendSlot(owner);
-        const again = await slot.pause({ campaignIds: call.campaignIds, callKey: call.callKey }).finally(() => slot.release());
-        confirmed = again.confirmed;
+        const again = await slot.pause(sent).finally(() => slot.release());
+        const own = new Set(call.campaignIds);
+        confirmed = again.confirmed.filter((id) => own.has(id));
         if (confirmed.length === 0) {
           await stores.sentPauses.forget([call.callKey]);
           return 0;

@@ -9,6 +9,18 @@ export class NetworkAllowance {
 
   constructor(readonly limit: number) {}
 
+  /**
+   * Places for all these agents at once, or none (a bulk change, docs/interfaces.md §16): undefined
+   * when the network's free places cannot hold the agents it does not hold yet. Returns each agent's
+   * release, in the order given.
+   */
+  takeAll(networkId: string, agentIds: readonly string[]): Array<() => void> | undefined {
+    const held = this.holders.get(networkId);
+    const added = agentIds.filter((agentId) => !held?.has(agentId)).length;
+    if ((held?.size ?? 0) + added > this.limit) return undefined;
+    return agentIds.map((agentId) => this.take(networkId, agentId)!);
+  }
+
   /** Takes a place for the agent (a second request of an agent shares its place); undefined when the network holds its allowance. Returns the release. */
   take(networkId: string, agentId: string): (() => void) | undefined {
     let agentsOfNetwork = this.holders.get(networkId);

@@ -10,6 +10,7 @@ import { AnswerClock, type DisableProgress, estimatedRemaining, type ShutdownClo
 import type { RunCause, RunEnd, RunRequest, RunStores } from './disable-run.js';
 import { NetworkAllowance } from './network-allowance.js';
 import { ChangeFailure, isFault, outcomeOf } from './outcomes.js';
+import type { SharedCalls } from './shared-calls.js';
 
 /** The agent does not exist in the partner's network (whether or not it exists in another one). */
 export class AgentNotInNetwork extends ChangeFailure {
@@ -99,6 +100,20 @@ export interface SetAgentStatusCommand {
    * answers as it did, a disable waits for its pausing as a repeat does.
    */
   madeAs?: string;
+  /** A change of a bulk change (docs/interfaces.md §16): what the batch holds for it. */
+  bulk?: BulkChangeSide;
+}
+
+/** What a change of a bulk change gets from its batch (src/agents/set-agents-status.ts). */
+export interface BulkChangeSide {
+  /** The batch holds the network's allowance for this agent already. */
+  allowanceHeld: true;
+  /** The batch's shared spend-management calls, for a disable's run. */
+  shared: SharedCalls;
+  /** Runs the change's recording statement within the batch's share of the request pool. */
+  gate: <T>(statement: () => Promise<T>) => Promise<T>;
+  /** Called once the change is recorded (its change row committed), or known to make none. */
+  recorded: () => void;
 }
 
 export interface AgentStatus {
@@ -231,14 +246,17 @@ class DisableRequest {
       return await this.waitForOtherRuns(madeAs);
     }
     const lease = this.side.runs.newLease();
-    const outcome = await this.side.agents.disable(
-      networkId,
-      agentId,
-      { partnerName: this.command.partnerName, requestId: this.command.requestId },
-      { ...lease, traceParent: currentTraceParent() },
-      // One more than a chunk: the run then knows whether more follow without another statement.
-      this.side.runs.readAhead + 1,
-      this.command.conditions,
+    const gate = this.command.bulk?.gate ?? ((statement: () => Promise<Awaited<ReturnType<AgentRepository['disable']>>>) => statement());
+    const outcome = await gate(() =>
+      this.side.agents.disable(
+        networkId,
+        agentId,
+        { partnerName: this.command.partnerName, requestId: this.command.requestId },
+        { ...lease, traceParent: currentTraceParent() },
+        // One more than a chunk: the run then knows whether more follow without another statement.
+        this.side.runs.readAhead + 1,
+        this.command.conditions,
+      ),
     );
     if (!outcome) throw new AgentNotInNetwork();
     if (outcome === 'precondition_failed') throw new PreconditionFailed();
@@ -262,6 +280,7 @@ class DisableRequest {
     this.progress.unpausedAtStart = unpaused;
     this.progress.flagged = flagged;
     this.progress.changed?.();
+    this.command.bulk?.recorded();
   }
 
   /**
@@ -307,6 +326,7 @@ class DisableRequest {
       stores: this.side.stores,
       ...claim,
       stopAt: deadline,
+      ...(this.command.bulk ? { shared: this.command.bulk.shared } : {}),
       onPaused: (moved) => {
         this.progress.paused += moved;
       },
@@ -390,7 +410,9 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     // its fence).
     const startBy = command.deadline - deps.supersedeFenceMs;
     if (runs.clock.now() >= startBy) throw new PoolWaitExceeded('enable_agent: too close to the deadline to start with its fence');
-    const done = await waitingUntil(startBy, () => agents.enable(command.networkId, command.agentId, author, command.conditions));
+    const statement = () => waitingUntil(startBy, () => agents.enable(command.networkId, command.agentId, author, command.conditions));
+    const done = await (command.bulk ? command.bulk.gate(statement) : statement());
+    command.bulk?.recorded();
     if (done === 'precondition_failed') throw new PreconditionFailed();
     if (done === 'key_lost') throw new IdempotencyKeyLost();
     if (!done) throw new AgentNotInNetwork();
@@ -413,7 +435,7 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
         if (enabled) {
           await enable(command);
         } else {
-          const release = reserve(networkId, agentId);
+          const release = command.bulk ? () => undefined : reserve(networkId, agentId);
           const result = await new DisableRequest(command, side).answer(release);
           if (typeof result !== 'number') {
             span.setAttribute('disable.accepted', true);
@@ -437,10 +459,18 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     });
   }
 
-  return { setAgentStatus, ...agentStatusReads(agents) };
+  /** The network's allowance for every disable of a bulk change at once, or none (TooManyDisables: a whole 429). */
+  function reserveAll(networkId: string, agentIds: readonly string[]): Array<() => void> {
+    const releases = allowance.takeAll(networkId, agentIds);
+    if (!releases) throw new TooManyDisables(allowance.limit);
+    return releases;
+  }
+
+  return { setAgentStatus, reserveAll, ...agentStatusReads(agents) };
 }
 
-export type AgentStatusUseCase = ReturnType<typeof createAgentStatusUseCase>;
+/** What the routes of a single agent use (the bulk use case takes reserveAll besides). */
+export type AgentStatusUseCase = Omit<ReturnType<typeof createAgentStatusUseCase>, 'reserveAll'>;
 
 /** The reads: an agent's status, and its change rows a page at a time. */
 function agentStatusReads(agents: AgentRepository) {

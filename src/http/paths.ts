@@ -8,6 +8,8 @@ export const partnerPrefix = '/partner';
  */
 export const partnerRoutes = {
   agentStatus: '/agents/status',
+  agentStatusBatch: '/agents/status/batch',
+  agentStatusBatchRead: '/agents/status/batch/:batchId',
   agentStatusRead: '/agents/:agentId/status',
   statusChanges: '/agents/:agentId/status-changes',
   openApi: '/openapi.json',
@@ -39,3 +41,11 @@ export function agentStatusUrl(agentId: string): string {
 
 /** The route label of the status change in the metrics (the route template, never the URL). */
 export const statusChangeRouteLabel = `POST ${partnerPath(partnerRoutes.agentStatus)}`;
+
+/** The resource of a bulk change (docs/interfaces.md §16): the Location of its 202. */
+export function statusBatchUrl(batchId: string): string {
+  return partnerPath(partnerRoutes.agentStatusBatchRead).replace(':batchId', () => batchId);
+}
+
+/** The route label of the bulk change in the metrics. */
+export const statusBatchRouteLabel = `POST ${partnerPath(partnerRoutes.agentStatusBatch)}`;

@@ -18,6 +18,8 @@ export interface Problem {
   requestId: string;
   pausedCampaignCount?: number;
   remainingCampaignCount?: number;
+  /** A bulk change's 400: where the first bad change is (a JSON Pointer into the body) and what is wrong with it. */
+  errors?: Array<{ pointer: string; detail: string }>;
 }
 
 export const problemTypes = {
@@ -82,7 +84,7 @@ export function problem(
   kind: ProblemKind,
   detail: string,
   requestId: string,
-  extension?: Pick<Problem, 'pausedCampaignCount' | 'remainingCampaignCount'>,
+  extension?: Pick<Problem, 'pausedCampaignCount' | 'remainingCampaignCount' | 'errors'>,
 ): Problem {
   const { status, title } = problemTypes[kind];
   const body: Problem = { type: typeUris[kind], title, status, detail, requestId };
@@ -162,4 +164,25 @@ export const convenienceTexts = {
   preconditionFailed:
     'The agent changed since the ETag given in If-Match (or the tag is not one this service sent). Nothing was changed or recorded; read the status again for the current ETag.',
   historyQuery: 'limit must be a whole number from 1 to 100, and before a changeId (a whole number from 1).',
+} as const;
+
+/** The largest body of a bulk change (docs/interfaces.md §16). */
+export const batchBodyLimitBytes = 256 * 1024;
+
+/** The most changes one bulk change may hold. */
+export const maxBatchChanges = 1_000;
+
+/** What a partner reads in the answers of bulk changes (docs/interfaces.md §16); none of it holds what the partner sent. */
+export const batchTexts = {
+  invalid: (index: number | undefined) =>
+    index === undefined
+      ? `The body must be {"changes": [...]} with 1 to ${maxBatchChanges} changes. Nothing was changed.`
+      : `Change ${index} is not valid (see errors). Nothing was changed.`,
+  bodyTooLarge: `The request body of a bulk change must be at most ${batchBodyLimitBytes / 1024} KiB.`,
+  repeatedAgent: 'this agentId appears earlier in the same batch; each agent may be changed at most once per batch',
+  notFound: 'No bulk change with this id exists in your network (bulk changes are kept 24 hours).',
+  keyReused: 'This Idempotency-Key was used for another bulk change within the last 24 hours. Use a new key for a new batch.',
+  keyInUse: 'The first bulk change with this Idempotency-Key is still being made. Repeat after the number of seconds in Retry-After.',
+  rateLimited: (changes: number) =>
+    `Your network's remaining requests in this window cannot hold this batch (each of its ${changes} changes counts as one request). Nothing was changed. Wait for the number of seconds in Retry-After, or send a smaller batch.`,
 } as const;

@@ -6,15 +6,19 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerDefault } 
 import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { AgentStatusUseCase } from '../agents/set-agent-status.js';
+import type { BulkStatusUseCase } from '../agents/set-agents-status.js';
 import type { Deprecations } from '../api-versions.js';
 import type { PartnerKeyStore } from '../auth/partner-keys.js';
 import type { LimitSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
+import type { StatusBatches } from '../stores/status-batches.js';
+import { batchAllowance } from './batch-allowance.js';
 import { guardPartnerScope } from './partner-guard.js';
 import { partnerPrefix } from './paths.js';
 import { partnerTexts, problem, problemDetails, sendProblem } from './problems.js';
 import { agentStatusRoute } from './routes/agent-status.js';
+import { statusBatchRoute } from './routes/agent-status-batch.js';
 import { statusChangesRoute } from './routes/agent-status-changes.js';
 import { agentStatusReadRoute } from './routes/agent-status-read.js';
 import { healthRoutes } from './routes/health.js';
@@ -45,6 +49,8 @@ export interface RouteDeps {
   apiVersionDeprecations?: Deprecations;
   /** The partner webhook endpoints (docs/interfaces.md §14). */
   webhooks: WebhookRouteDeps;
+  /** Bulk status changes (docs/interfaces.md §16): the use case and the batches' store. */
+  bulk: { changes: BulkStatusUseCase; batches: StatusBatches };
 }
 
 // Through require for the same reason as in malformed-http.ts (no ES facade of node:http).
@@ -142,6 +148,20 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
         metrics,
         requestDeadlineMs: deps.limits.requestDeadlineMs,
         idempotencyKeys: deps.idempotencyKeys,
+        isApiKey: (value) => keyStore.holdsAnywhere(value),
+      });
+      await partnerApi.register(statusBatchRoute, {
+        bulk: deps.bulk.changes,
+        batches: deps.bulk.batches,
+        metrics,
+        requestDeadlineMs: deps.limits.requestDeadlineMs,
+        allowance: batchAllowance({
+          redis: deps.rateLimitStore.redis,
+          keyPrefix: deps.rateLimitStore.keyPrefix,
+          rateLimitMax: deps.limits.rateLimitMax,
+          rateLimitWindowMs: deps.limits.rateLimitWindowMs,
+          metrics,
+        }),
         isApiKey: (value) => keyStore.holdsAnywhere(value),
       });
       await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus });

@@ -232,6 +232,19 @@ function guardMetrics(registry: Registry) {
       labelNames: ['partner', 'limit'] as const,
       registers: [registry],
     }),
+    batchSize: new Histogram({
+      name: 'agent_status_batch_size',
+      help: 'Bulk status changes (POST /partner/agents/status/batch) made, by partner: the changes each held.',
+      labelNames: ['partner'] as const,
+      buckets: [1, 5, 10, 50, 100, 250, 500, 1000],
+      registers: [registry],
+    }),
+    batchItems: new Counter({
+      name: 'agent_status_batch_items_total',
+      help: 'Changes of bulk status changes answered, by partner, requested state and the status the single call would have answered (200, 202, 404, 409, 500).',
+      labelNames: ['partner', 'enabled', 'status'] as const,
+      registers: [registry],
+    }),
     convenienceAnswers: new Counter({
       name: 'partner_convenience_answers_total',
       help: 'Answers shaped by the partner conveniences, by route and answer (replayed: an Idempotency-Key repeat; key_in_use: 409; key_reused: 422; key_quota: 429, the network holds its quota of keys; precondition_failed: 412 to If-Match; accepted: 202 to Prefer: respond-async).',

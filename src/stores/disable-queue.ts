@@ -9,6 +9,7 @@ import type { SentBatch } from './sent-pauses.js';
 import { type Statement, statementsFor } from './statements.js';
 
 const heldRow = z.object({ held: z.boolean() });
+const heldAgentsRow = z.object({ held: z.array(z.string()) });
 const flagRow = z.object({ held: z.boolean(), flagged: z.boolean() });
 const takeOverRow = z.object({ claimed: z.boolean(), pending: z.boolean() });
 const claimRow = z.object({
@@ -27,6 +28,14 @@ const statsRow = z.object({
   unsettled: z.number(),
   unsettled_oldest_age_seconds: z.number(),
 });
+
+/** One agent's part of a shared pause call: its run's claim, and its campaigns under the part's own record key. */
+export interface SharedPart {
+  agentId: string;
+  lease: Lease;
+  renew: boolean;
+  batch: SentBatch;
+}
 
 /** A pending disable claimed by the worker. */
 export interface ClaimedDisable {
@@ -57,6 +66,15 @@ export interface DisableQueue {
    * gone). Fenced on the row itself, so a concurrent enable or take-over is seen.
    */
   checkClaim(agentId: string, lease: Lease, renew: boolean, sent: readonly SentBatch[]): Promise<boolean>;
+  /**
+   * The same check for one call shared by several agents' runs (a bulk change, docs/interfaces.md
+   * §16), in one statement: the agents whose claims are still their runs' (each renewed when asked),
+   * and, for those only, each one's part recorded in pause_calls under the part's own key, naming
+   * the call as it will be sent (`sentKey`, and the held parts' campaigns in order). A part whose
+   * claim is gone is dropped from the call before it is recorded: the caller sends only the held
+   * parts' campaigns, exactly what the rows name.
+   */
+  checkSharedClaims(parts: readonly SharedPart[], sentKey: string): Promise<Set<string>>;
   /**
    * Sets agent_approved = false for a recorded disable whose flag is not set yet, without waiting
    * for a lock. held false: the claim is gone (an enable came after it); flagged false: another
@@ -127,6 +145,8 @@ export function createDisableQueue(
           SELECT EXISTS (SELECT 1 FROM claim) AS held`);
         return row.held;
       }),
+
+    checkSharedClaims: (parts, sentKey) => timed('check_shared_claims', () => checkSharedClaims(checks, statement, parts, sentKey)),
 
     setFlag: (agentId, claimToken) =>
       timed('set_agent_flag', async () => {
@@ -279,4 +299,55 @@ export function createDisableQueue(
         };
       }),
   };
+}
+
+/** DisableQueue.checkSharedClaims: one statement for every part of a shared call (on the claim checks' pool). */
+async function checkSharedClaims(
+  checks: DatabasePool,
+  statement: Statement,
+  parts: readonly SharedPart[],
+  sentKey: string,
+): Promise<Set<string>> {
+  if (parts.length === 0) return new Set<string>();
+  const leaseMs = parts[0]!.lease.leaseMs;
+  const ids = parts.flatMap((part) => part.batch.campaignIds);
+  const partKeys = parts.flatMap((part) => part.batch.campaignIds.map(() => part.batch.callKey));
+  const partAgents = parts.flatMap((part) => part.batch.campaignIds.map(() => part.agentId));
+  const row = await checks.one(statement('pas_check_shared_claims', heldAgentsRow)`
+          WITH input AS (
+            SELECT * FROM unnest(${sql.array(
+              parts.map((part) => part.agentId),
+              'text',
+            )}, ${sql.array(
+              parts.map((part) => part.lease.claimToken),
+              'uuid',
+            )}, ${sql.array(
+              parts.map((part) => part.renew),
+              'bool',
+            )}) AS i(agent_id, claim_token, renew)
+          ), renewed AS (
+            UPDATE pending_disables p SET next_attempt_at = now() + ${seconds(leaseMs)}
+            FROM input i
+            WHERE i.renew AND p.agent_id = i.agent_id AND p.claim_token = i.claim_token AND p.next_attempt_at > now()
+            RETURNING p.agent_id
+          ), checked AS (
+            SELECT p.agent_id FROM pending_disables p JOIN input i ON p.agent_id = i.agent_id AND p.claim_token = i.claim_token
+            WHERE NOT i.renew AND p.next_attempt_at > now()
+          ), held AS (
+            SELECT agent_id FROM renewed UNION SELECT agent_id FROM checked
+          ), sent AS (
+            SELECT t.agent_id, t.part_key, t.id, t.n
+            FROM unnest(${sql.array(partAgents, 'text')}, ${sql.array(partKeys, 'uuid')}, ${sql.array(ids, 'uuid')})
+                 WITH ORDINALITY AS t(agent_id, part_key, id, n)
+            WHERE t.agent_id IN (SELECT agent_id FROM held)
+          ), recorded AS (
+            INSERT INTO pause_calls (call_key, agent_id, campaign_ids, state, next_attempt_at, sent_key, sent_campaign_ids)
+            SELECT s.part_key, min(s.agent_id), array_agg(s.id ORDER BY s.n), 'sent', now() + ${seconds(leaseMs)},
+                   ${sentKey}::uuid, ARRAY(SELECT w.id FROM sent w ORDER BY w.n)
+            FROM sent s GROUP BY s.part_key
+            ON CONFLICT (call_key) DO NOTHING
+            RETURNING 1
+          )
+          SELECT ARRAY(SELECT agent_id FROM held) AS held`);
+  return new Set(row.held);
 }

@@ -30,6 +30,12 @@ export interface RecordedCall {
   answered: string[] | undefined;
   /** The label of the key that asked for the agent's latest disable (metrics only). */
   partnerName: string;
+  /**
+   * The shared call this record is one agent's part of (a bulk change, docs/interfaces.md §16): in
+   * doubt, that whole call is sent again as it was (its key, all its campaigns), and only this part's
+   * campaigns are settled from the answer. undefined: the record is the call.
+   */
+  sentAs?: SentBatch;
 }
 
 export interface RecordedClaim {
@@ -43,6 +49,8 @@ const claimedRow = z.object({
   campaign_ids: z.array(z.string()),
   answered_ids: z.array(z.string()).nullable(),
   partner_name: z.string().nullable(),
+  sent_key: z.string().nullable(),
+  sent_campaign_ids: z.array(z.string()).nullable(),
 });
 const countRow = z.object({ n: z.number() });
 
@@ -129,7 +137,8 @@ export function createSentPauses(pool: DatabasePool, metrics: Metrics): SentPaus
                   LIMIT ${limit}
                   FOR UPDATE SKIP LOCKED))
           RETURNING p.call_key::text AS call_key, p.agent_id, p.campaign_ids::text[] AS campaign_ids,
-                    p.answered_ids::text[] AS answered_ids,
+                    p.answered_ids::text[] AS answered_ids, p.sent_key::text AS sent_key,
+                    p.sent_campaign_ids::text[] AS sent_campaign_ids,
                     (SELECT c.partner_name FROM agent_status_changes c
                       WHERE c.agent_id = p.agent_id AND NOT c.enabled
                       ORDER BY c.change_id DESC LIMIT 1) AS partner_name`);
@@ -140,6 +149,7 @@ export function createSentPauses(pool: DatabasePool, metrics: Metrics): SentPaus
           campaignIds: row.campaign_ids,
           answered: row.answered_ids ?? undefined,
           partnerName: row.partner_name ?? 'unknown',
+          ...(row.sent_key && row.sent_campaign_ids ? { sentAs: { callKey: row.sent_key, campaignIds: row.sent_campaign_ids } } : {}),
         }));
         return { claimToken, calls };
       }),

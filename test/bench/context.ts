@@ -14,6 +14,7 @@ import { freePort } from '../support/process.js';
 import type { LoadFigure } from './load.js';
 import type { Options } from './options.js';
 import { startOtlpSink } from './otlp-sink.js';
+import type { BulkFigures } from './phases/bulk.js';
 import type { EventFigures } from './phases/events.js';
 import type { FloodFigures } from './phases/flood.js';
 import type { PreferFigures } from './phases/prefer.js';
@@ -73,6 +74,8 @@ export interface Results {
   events?: EventFigures;
   /** Partner webhooks (phases/webhooks.ts). */
   webhooks?: WebhookFigures;
+  /** Bulk status changes (phases/bulk.ts). */
+  bulk?: BulkFigures;
 }
 
 /** A service process started the way `npm start` starts it. */

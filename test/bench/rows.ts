@@ -112,6 +112,40 @@ export function tableRows(results: Results, plan: Plan): Row[] {
       target: { of: 'ratio', op: '<=', limit: 1.5 },
     });
   }
+  if (results.bulk) {
+    const k = results.bulk;
+    candidates.push(
+      {
+        figure: `bulk: 1,000 disables (10 campaigns each, spend management at ${k.spendDelayMs} ms) in one batch`,
+        value: k.batchDisablesMs,
+        unit: 'ms',
+        detail: `${k.batchDisableCalls} spend-management calls; as 1,000 single calls on 32 connections ${k.singleDisablesMs} ms, ${k.singleDisableCalls} calls`,
+        floor: { figure: '1,000 single calls', value: k.singleDisablesMs },
+        target: { of: 'ratio', op: '<=', limit: 0.2 },
+      },
+      {
+        figure: 'bulk: spend-management calls of the batch of 1,000 disables',
+        value: k.batchDisableCalls,
+        unit: 'calls',
+        target: { of: 'value', op: '<=', limit: 110 },
+      },
+      {
+        figure: 'bulk: 1,000 enables in one batch',
+        value: k.batchEnablesPerSecond,
+        unit: 'changes/s',
+        floor: { figure: 'single enables on 32 connections', value: k.singleEnablesPerSecond },
+        target: { of: 'ratio', op: '>=', limit: 5 },
+      },
+      {
+        figure: "bulk: another network's disable beside the batch",
+        value: k.otherBesideBatchMs,
+        unit: 'ms',
+        detail: `alone ${k.otherAloneMs} ms`,
+        floor: { figure: 'alone', value: k.otherAloneMs },
+        target: { of: 'ratio', op: '<=', limit: 1.5 },
+      },
+    );
+  }
   if (results.webhooks) {
     const w = results.webhooks;
     candidates.push({

@@ -17,6 +17,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { cleanUp, createContext, phase, type Service, startService, stop } from './context.js';
 import { isSelected, type Phase, parseOptions } from './options.js';
+import { bulkPhase } from './phases/bulk.js';
 import { clusterPhase } from './phases/cluster.js';
 import { disablesUnderLoad } from './phases/concurrent.js';
 import { disableAcrossNetwork, disableLatency } from './phases/disable-latency.js';
@@ -90,6 +91,7 @@ if (up) {
   if (selected('pooler')) await phase(ctx, 'PgBouncer', () => poolerPhase(ctx));
   if (selected('fairness')) await phase(ctx, 'fairness', () => fairness(ctx, up));
   if (selected('concurrent')) await phase(ctx, 'disables under load', () => disablesUnderLoad(ctx, up));
+  if (selected('bulk')) await phase(ctx, 'bulk status changes', () => bulkPhase(ctx));
   await stopMainService(up);
 }
 // After the main service has stopped: its relay (no broker) would mark the events' rows relayed
@@ -115,6 +117,7 @@ const written = writeResults(join(root, 'test/bench/results'), quick || only !==
   disables: results.disables,
   concurrentDisables: results.concurrent,
   fairness: results.fairness,
+  bulk: results.bulk,
   flood: results.flood,
   statements: results.statements,
   events: results.events,

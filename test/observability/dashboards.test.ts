@@ -159,6 +159,10 @@ describe('Grafana dashboards', () => {
         file: 'business.json',
         metrics: ['partner_api_version_answers_total'],
       },
+      'Bulk status changes': {
+        file: 'business.json',
+        metrics: ['agent_status_batch_size_bucket', 'agent_status_batch_size_count', 'agent_status_batch_items_total'],
+      },
       Limits: {
         file: 'overview.json',
         metrics: [

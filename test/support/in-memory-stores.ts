@@ -151,6 +151,18 @@ export function inMemoryStores() {
       }
       return true;
     },
+    async checkSharedClaims(parts) {
+      statements.push('check_shared_claims');
+      const ours = new Set<string>();
+      for (const part of parts) {
+        if (!held(part.agentId, part.lease.claimToken)) continue;
+        ours.add(part.agentId);
+        if (part.renew) pending.get(part.agentId)!.leaseUntil = now() + part.lease.leaseMs;
+        const { callKey, campaignIds } = part.batch;
+        if (!recorded.has(callKey)) recorded.set(callKey, { agentId: part.agentId, campaignIds: [...campaignIds], answered: undefined });
+      }
+      return ours;
+    },
     async setFlag(agentId, claimToken) {
       statements.push('set_agent_flag');
       if (!held(agentId, claimToken)) return { held: false, flagged: false };

@@ -66,3 +66,15 @@ export function postStatus(
     signal: options.signal,
   });
 }
+
+/** The bulk status change (docs/interfaces.md §16). */
+export const batchPath = '/partner/agents/status/batch';
+
+/** A partner's bulk status change over HTTP, to a running service at `baseUrl`; `body` is sent as it is when a string. */
+export function postBatch(baseUrl: string, apiKey: string, body: unknown, headers: Record<string, string> = {}) {
+  return fetch(`${baseUrl}${batchPath}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': apiKey, ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}

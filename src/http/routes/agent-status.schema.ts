@@ -77,7 +77,7 @@ export const disablingExample = {
 };
 
 /** Idempotent-Replayed on an answer repeated for an Idempotency-Key (docs/interfaces.md §11). */
-const replayedHeader = {
+export const replayedHeader = {
   'idempotent-replayed': {
     type: 'string',
     enum: ['true'],

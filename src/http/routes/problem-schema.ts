@@ -30,6 +30,18 @@ export const ProblemSchema = Type.Object(
           'On a disable that did not finish (500): active, unpaused campaigns of the agent still to pause. The service goes on pausing them by itself.',
       }),
     ),
+    errors: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            pointer: Type.String({ description: 'JSON Pointer (RFC 6901) into the request body, such as `/changes/3/agentId`.' }),
+            detail: Type.String({ description: 'What is wrong there.' }),
+          },
+          { additionalProperties: false },
+        ),
+        { description: 'On a bulk change (400): the first bad change, by its place in the body.' },
+      ),
+    ),
     supportedVersions: Type.Optional(
       Type.Array(Type.String(), {
         description: 'On an unsupported API version (400): the versions `Partner-Api-Version` may name.',
@@ -51,7 +63,7 @@ export interface ProblemExample {
   summary: string;
   kind: ProblemKind;
   detail: string;
-  extension?: Pick<Problem, 'pausedCampaignCount' | 'remainingCampaignCount'>;
+  extension?: Pick<Problem, 'pausedCampaignCount' | 'remainingCampaignCount' | 'errors'>;
 }
 
 /**

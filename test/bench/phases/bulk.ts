@@ -1,0 +1,160 @@
+// Bulk status changes (`--only=bulk`, docs/interfaces.md §16), on a service process of its own
+// (DISABLES_IN_FLIGHT_PER_NETWORK high enough for 1,000 disables at once, the spend-management
+// simulator answering in 25 ms):
+// - 1,000 disables of agents with 10 campaigns each, as 1,000 single calls on 32 connections, then
+//   as one batch: the time each took and the spend-management calls each made;
+// - 1,000 enables, single calls on 32 connections against one batch: changes a second;
+// - another network's single disable (10 campaigns) alone, then beside the batch of 1,000 disables.
+import type { BenchContext, Service } from '../context.js';
+import { activeUnpaused, resetSimulator, seedAgents, startService, stop } from '../context.js';
+
+const agents = 1_000;
+const campaignsPerAgent = 10;
+const spendDelayMs = 25;
+const connections = 32;
+
+export interface BulkFigures {
+  agents: number;
+  campaignsPerAgent: number;
+  spendDelayMs: number;
+  singleDisablesMs: number;
+  singleDisableCalls: number;
+  batchDisablesMs: number;
+  batchDisableCalls: number;
+  singleEnablesPerSecond: number;
+  batchEnablesPerSecond: number;
+  otherAloneMs: number;
+  otherBesideBatchMs: number;
+}
+
+const batchUrl = (service: Service) => `${service.statusUrl}/batch`;
+
+async function single(service: Service, key: string, agentId: string, enabled: boolean): Promise<void> {
+  const response = await fetch(service.statusUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': key },
+    body: JSON.stringify({ agentId, enabled }),
+  });
+  const body = (await response.json()) as { pausedCampaignCount?: number };
+  const expected = enabled ? 0 : campaignsPerAgent;
+  if (response.status !== 200 || body.pausedCampaignCount !== expected) {
+    throw new Error(`single ${enabled ? 'enable' : 'disable'} answered ${response.status} (${JSON.stringify(body).slice(0, 200)})`);
+  }
+}
+
+/** 1,000 single calls on 32 connections; the milliseconds they took. */
+async function singles(service: Service, key: string, agentIds: readonly string[], enabled: boolean): Promise<number> {
+  const started = performance.now();
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: connections }, async () => {
+      while (next < agentIds.length) await single(service, key, agentIds[next++]!, enabled);
+    }),
+  );
+  return performance.now() - started;
+}
+
+/** One batch of these changes; the milliseconds it took, every result checked. */
+async function batch(service: Service, key: string, agentIds: readonly string[], enabled: boolean): Promise<number> {
+  const started = performance.now();
+  const response = await fetch(batchUrl(service), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': key },
+    body: JSON.stringify({ changes: agentIds.map((agentId) => ({ agentId, enabled })) }),
+  });
+  const ms = performance.now() - started;
+  const body = (await response.json()) as { results?: Array<{ status: number; body: { pausedCampaignCount?: number } }> };
+  if (response.status !== 200) throw new Error(`batch answered ${response.status}: ${JSON.stringify(body).slice(0, 300)}`);
+  const expected = enabled ? 0 : campaignsPerAgent;
+  const wrong = body.results!.filter((result) => result.status !== 200 || result.body.pausedCampaignCount !== expected);
+  if (wrong.length > 0) throw new Error(`${wrong.length} results of the batch not as expected, e.g. ${JSON.stringify(wrong[0])}`);
+  return ms;
+}
+
+/**
+ * Waits until the fresh process serves the partner routes: right after its start on a loaded
+ * machine its event-loop delay can still be over the shedding threshold (a 503 that changes nothing).
+ */
+async function untilServed(service: Service, key: string, agentId: string): Promise<void> {
+  for (let attempt = 0; attempt < 60; attempt += 1) {
+    const response = await fetch(service.statusUrl.replace('/agents/status', `/agents/${agentId}/status`), {
+      headers: { 'x-api-key': key },
+    });
+    await response.arrayBuffer();
+    if (response.status !== 503) return;
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  throw new Error('the bulk service kept shedding its first requests');
+}
+
+async function timed(work: () => Promise<void>): Promise<number> {
+  const started = performance.now();
+  await work();
+  return Math.round((performance.now() - started) * 10) / 10;
+}
+
+export async function bulkPhase(ctx: BenchContext): Promise<void> {
+  const [a, b] = [ctx.disablers[3]!, ctx.disablers[4]!];
+  const [singleAgents, batchAgents] = [
+    await seedAgents(ctx, [a], agents, campaignsPerAgent),
+    await seedAgents(ctx, [a], agents, campaignsPerAgent),
+  ];
+  const others = await seedAgents(ctx, [b], 3, campaignsPerAgent);
+  // A deadline long enough for the single calls' slowest and the whole batch on a loaded machine:
+  // the phase measures how long the work takes, not where a deadline cuts it.
+  const service = await startService(ctx, 'bulk', { DISABLES_IN_FLIGHT_PER_NETWORK: '2000', REQUEST_DEADLINE_MS: '300000' });
+  try {
+    await resetSimulator(ctx);
+    ctx.simulator.simulator.setMode('slow', { delayMs: spendDelayMs });
+    await untilServed(service, a.key, singleAgents[0]!);
+    // Warm-up: a small batch and a few single calls pay for code V8 has not optimised yet.
+    const warm = await seedAgents(ctx, [a], 40, campaignsPerAgent);
+    await batch(service, a.key, warm.slice(0, 20), false);
+    await singles(service, a.key, warm.slice(20), false);
+    await single(service, b.key, others[0]!, false);
+
+    let calls = ctx.simulator.simulator.requests().length;
+    const callsSince = () => {
+      const now = ctx.simulator.simulator.requests().length;
+      const made = now - calls;
+      calls = now;
+      return made;
+    };
+    const singleDisablesMs = await singles(service, a.key, singleAgents, false);
+    const singleDisableCalls = callsSince();
+    console.log(`  bulk: 1,000 single disables ${Math.round(singleDisablesMs)} ms, ${singleDisableCalls} calls`);
+    const otherAloneMs = await timed(() => single(service, b.key, others[1]!, false));
+    callsSince();
+    const batchRun = batch(service, a.key, batchAgents, false);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const otherBesideBatchMs = await timed(() => single(service, b.key, others[2]!, false));
+    const batchDisablesMs = await batchRun;
+    const batchDisableCalls = callsSince() - 1; // B's own call
+    const left = await activeUnpaused(ctx, [...singleAgents, ...batchAgents, ...others]);
+    if (left !== 0) throw new Error(`${left} campaigns left unpaused`);
+
+    ctx.simulator.simulator.setMode('ok');
+    const singleEnablesMs = await singles(service, a.key, singleAgents, true);
+    const batchEnablesMs = await batch(service, a.key, batchAgents, true);
+    const figures: BulkFigures = {
+      agents,
+      campaignsPerAgent,
+      spendDelayMs,
+      singleDisablesMs: Math.round(singleDisablesMs),
+      singleDisableCalls,
+      batchDisablesMs: Math.round(batchDisablesMs),
+      batchDisableCalls,
+      singleEnablesPerSecond: Math.round((agents / singleEnablesMs) * 1000),
+      batchEnablesPerSecond: Math.round((agents / batchEnablesMs) * 1000),
+      otherAloneMs,
+      otherBesideBatchMs,
+    };
+    ctx.results.bulk = figures;
+    console.log(
+      `  bulk: 1,000 disables as single calls ${figures.singleDisablesMs} ms (${singleDisableCalls} calls), as one batch ${figures.batchDisablesMs} ms (${batchDisableCalls} calls, ${(figures.singleDisablesMs / figures.batchDisablesMs).toFixed(1)}x); enables ${figures.singleEnablesPerSecond}/s single, ${figures.batchEnablesPerSecond}/s in one batch (${(figures.batchEnablesPerSecond / figures.singleEnablesPerSecond).toFixed(1)}x); another network's disable alone ${otherAloneMs} ms, beside the batch ${otherBesideBatchMs} ms (${(otherBesideBatchMs / otherAloneMs).toFixed(2)}x)`,
+    );
+  } finally {
+    ctx.simulator.simulator.setMode('ok');
+    await stop(ctx, service);
+  }
+}
