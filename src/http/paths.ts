@@ -17,6 +17,7 @@ export const partnerRoutes = {
   webhookSecretRotation: '/webhook-endpoints/:endpointId/rotate-secret',
   webhookDeliveries: '/webhook-endpoints/:endpointId/deliveries',
   webhookDeliveryRetry: '/webhook-endpoints/:endpointId/deliveries/:deliveryId/retry',
+  events: '/events',
 } as const;
 
 type PartnerRoute = (typeof partnerRoutes)[keyof typeof partnerRoutes];

@@ -19,6 +19,7 @@ import { statusChangesRoute } from './routes/agent-status-changes.js';
 import { agentStatusReadRoute } from './routes/agent-status-read.js';
 import { healthRoutes } from './routes/health.js';
 import { registerOpenApi } from './routes/openapi.js';
+import { type EventFeedRouteDeps, partnerEventRoutes } from './routes/partner-events.js';
 import { referencePageRoutes } from './routes/reference-page.js';
 import { type WebhookRouteDeps, webhookEndpointRoutes } from './routes/webhook-endpoints.js';
 
@@ -44,6 +45,8 @@ export interface RouteDeps {
   apiVersionDeprecations?: Deprecations;
   /** The partner webhook endpoints (docs/interfaces.md §14). */
   webhooks: WebhookRouteDeps;
+  /** The partner events feed (docs/interfaces.md §17). */
+  eventFeed: Omit<EventFeedRouteDeps, 'metrics'>;
 }
 
 // Through require for the same reason as in malformed-http.ts (no ES facade of node:http).
@@ -124,6 +127,7 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
       await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus, guard });
       await partnerApi.register(statusChangesRoute, { agentStatus: deps.agentStatus, guard });
       await partnerApi.register(webhookEndpointRoutes, { ...deps.webhooks, guard });
+      await partnerApi.register(partnerEventRoutes, { ...deps.eventFeed, metrics, guard });
     },
     { prefix: partnerPrefix },
   );

@@ -172,6 +172,7 @@ describe('the document is a partner reference', () => {
       '/partner/agents/status',
       '/partner/agents/{agentId}/status',
       '/partner/agents/{agentId}/status-changes',
+      '/partner/events',
       '/partner/openapi.json',
       '/partner/webhook-endpoints',
       '/partner/webhook-endpoints/{endpointId}',

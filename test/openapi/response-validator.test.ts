@@ -156,6 +156,7 @@ describe('attached to the real app, it checks every response as sent', () => {
       },
       idempotencyKeys: undefined as never,
       webhooks: { endpoints: undefined as never, refusalOfUrl: undefined as never },
+      eventFeed: { feed: undefined as never, retentionDays: 30, maxStreamsPerNetwork: 5 },
       isReady: async () => true,
       limits: {
         ...loadConfig({

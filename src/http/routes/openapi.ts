@@ -118,6 +118,11 @@ export async function registerOpenApi(
       tags: [
         { name: 'Agents', description: 'Switch agents of your network on and off.' },
         { name: 'Webhooks', description: 'Endpoints of your network that the service calls back with signed events.' },
+        {
+          name: 'Events',
+          description:
+            "Your network's events to catch up with (pages after a cursor) or to listen to (Server-Sent Events), without an endpoint of your own.",
+        },
         { name: 'Reference', description: 'Machine-readable description of this API.' },
       ],
       components: {
