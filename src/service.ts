@@ -7,8 +7,8 @@ import { createKeySource } from './auth/configured-key-source.js';
 import { PartnerKeyStore } from './auth/partner-keys.js';
 import { type Config, statementClientMarginMs } from './config.js';
 import { allowedRanges, type Lookup, refusalOfUrl } from './events/address-guard.js';
+import { EventRelay } from './events/event-relay.js';
 import { createNatsPublisher } from './events/nats-publisher.js';
-import { createOutboxRelay } from './events/outbox-relay.js';
 import { createPartnerEventFeed } from './events/partner-event-feed.js';
 import { createWebhookSender } from './events/webhook-sender.js';
 import { buildApp } from './http/app.js';
@@ -20,7 +20,8 @@ import { createAgentRepository } from './stores/agent-repository.js';
 import { type CampaignStateStore, createRedisCampaignState } from './stores/campaign-state.js';
 import { ServerFailover } from './stores/database-failover.js';
 import { createDisableQueue } from './stores/disable-queue.js';
-import { createEventOutbox, type EventOutbox } from './stores/event-outbox.js';
+import { createEventBatchStore, type EventBatchStore } from './stores/event-batches.js';
+import { createEventOutbox } from './stores/event-outbox.js';
 import { createIdempotencyKeys } from './stores/idempotency-keys.js';
 import { createDatabasePool } from './stores/postgres.js';
 import { createRedisClient, type RedisClient } from './stores/redis-clients.js';
@@ -142,8 +143,8 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   worker.start();
   webhooks.sender.start();
   eventFeed.feed.start();
-  // The relay's mark makes the webhook deliveries of what it relayed: the sender looks at once.
-  const relay = startEventsRelay(config, workerPool, { metrics, logger, resources, onRelayed: webhooks.sender.nudge });
+  // Each batch the relay takes makes its webhook deliveries: the sender looks at once.
+  const relay = startEventsRelay(config, workerPool, { owner, metrics, logger, resources, onBatch: webhooks.sender.nudge });
 
   // The service's one seam, for main.ts, npm run dev and the tests: the servers to listen on, and
   // what an operator's view or a test needs to look at or nudge (metrics, the key store and
@@ -185,23 +186,25 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 export type Service = Awaited<ReturnType<typeof createService>>;
 
 /**
- * The events relay (docs/interfaces.md §14), in every replica, with or without a broker; on the
- * worker's pool, one statement at a time. Stopped before the pools close.
+ * The events relay (docs/interfaces.md §14, docs/events-order.md), in every replica, with or without a
+ * broker (one holder a role per deployment, by lease); on the worker's pool, one statement at a time.
+ * Stopped before the pools close.
  */
 function startEventsRelay(
   config: Config,
   workerPool: DatabasePool,
-  parts: { metrics: Metrics; logger: Logger; resources: Resources; onRelayed: () => void },
+  parts: { owner: string; metrics: Metrics; logger: Logger; resources: Resources; onBatch: () => void },
 ) {
-  const { metrics, logger, resources, onRelayed } = parts;
+  const { owner, metrics, logger, resources, onBatch } = parts;
   const { natsUrl, ...events } = config.events;
   const publisher = natsUrl
     ? resources.own('events publisher', createNatsPublisher({ url: natsUrl, ...events }, logger), (nats) => nats.close())
     : undefined;
   const relay = resources.own(
     'events relay',
-    createOutboxRelay({
-      outbox: nudgingOnRelay(createEventOutbox(workerPool, metrics), onRelayed),
+    new EventRelay({
+      batches: nudgingOnBatch(createEventBatchStore(workerPool, metrics), onBatch),
+      outbox: createEventOutbox(workerPool, metrics),
       publisher,
       settings: {
         pollIntervalMs: events.relayPollIntervalMs,
@@ -209,9 +212,11 @@ function startEventsRelay(
         leaseMs: events.relayLeaseMs,
         retryDelayMs: events.relayRetryDelayMs,
         retentionMs: events.retentionMs,
+        source: events.source,
       },
       metrics,
       log: logger,
+      holder: owner,
     }),
     (eventsRelay) => eventsRelay.stop(),
   );
@@ -361,14 +366,14 @@ async function checkServerBounds(pool: Parameters<typeof serverBounds>[0], confi
   );
 }
 
-/** The outbox, whose mark statement makes the webhook deliveries: the sender looks for them at once. */
-function nudgingOnRelay(outbox: EventOutbox, nudge: () => void): EventOutbox {
+/** The batches, whose statement makes the webhook deliveries: the sender looks for them at once. */
+function nudgingOnBatch(batches: EventBatchStore, nudge: () => void): EventBatchStore {
   return {
-    ...outbox,
-    markRelayed: async (ids) => {
-      const marked = await outbox.markRelayed(ids);
-      if (marked > 0) nudge();
-      return marked;
+    ...batches,
+    take: async (...args) => {
+      const taken = await batches.take(...args);
+      if (taken.batch) nudge();
+      return taken;
     },
   };
 }

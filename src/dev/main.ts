@@ -121,8 +121,8 @@ Make spend management fail (then "ok" to recover):
 
   curl -s -X PUT ${simulator}/_simulator/mode -H 'content-type: application/json' -d '{"mode":"fail"}'
 
-Every event (docs/interfaces.md §14) is printed below as it is committed; it stays in the embedded
-database's event_outbox table for EVENTS_RETENTION_MS.
+Every event (docs/interfaces.md §14) is printed below as it is committed; it is the change row of
+the embedded database's status history (or its disable_completions row, kept EVENTS_RETENTION_MS).
 
 Stop with Ctrl-C (SIGINT) or SIGTERM.
 

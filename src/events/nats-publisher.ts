@@ -1,7 +1,6 @@
 import { type JetStreamClient, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
-import type { OutboxEvent } from '../stores/event-outbox.js';
 
 /** EVENTS_* (docs/interfaces.md §14). */
 export interface NatsSettings {
@@ -26,19 +25,29 @@ export class PublishError extends Error {
   }
 }
 
+/** What a publish needs of an event: its id (`Nats-Msg-Id`), where it goes, and its JSON. */
+export interface PublishableEvent {
+  id: string;
+  networkId: string;
+  /** The type without the project's prefix (`agent.disabled`): the subject's last part. */
+  type: string;
+  /** The CloudEvent, JSON text, published as it is. */
+  event: string;
+}
+
 export interface EventPublisher {
   /** Resolves on the stream's acknowledgement (`duplicate`: the stream had the id already); throws a PublishError otherwise. */
-  publish(event: OutboxEvent): Promise<{ duplicate: boolean }>;
+  publish(event: PublishableEvent): Promise<{ duplicate: boolean }>;
   close(): Promise<void>;
 }
 
 /** `<prefix>.<networkId>.<type>`, the type without the project's prefix (docs/interfaces.md §14). */
-const subjectOf = (prefix: string, event: Pick<OutboxEvent, 'networkId' | 'type'>) => `${prefix}.${event.networkId}.${event.type}`;
+const subjectOf = (prefix: string, event: Pick<PublishableEvent, 'networkId' | 'type'>) => `${prefix}.${event.networkId}.${event.type}`;
 
 /**
  * The JetStream side of the relay. It connects in the background and keeps reconnecting for ever,
  * so a broker that is down at start or later never stops the service: a publish meanwhile fails
- * fast (`not_connected`) and the event waits in the outbox. Every publish carries the event id as
+ * fast (`not_connected`) and the event waits in its batch. Every publish carries the event id as
  * `Nats-Msg-Id`, so the stream drops a repeat (a relay killed between the acknowledgement and the
  * mark publishes again) within its duplicate window.
  */

@@ -269,17 +269,30 @@ function failoverMetrics(registry: Registry) {
   };
 }
 
-/** The events of docs/interfaces.md §14: the outbox and its relay (src/events/outbox-relay.ts). */
+/** The events of docs/interfaces.md §14: the snapshot batches and their relay (src/events/event-relay.ts, docs/events-order.md). */
 function eventMetrics(registry: Registry) {
   return {
-    eventsOutboxBacklog: new Gauge({
-      name: 'events_outbox_backlog',
-      help: "Events committed and not relayed yet (rows of event_outbox), as last read by this replica's relay.",
+    eventsBacklog: new Gauge({
+      name: 'events_backlog',
+      help: "Events waiting, by stage: batches (committed, in no batch yet), nats (in batches not yet published to NATS), outbox (rows of event_outbox from before the batches, not relayed), as last read by the stage's holder.",
+      labelNames: ['stage'] as const,
       registers: [registry],
     }),
-    eventsOutboxOldestAge: new Gauge({
-      name: 'events_outbox_oldest_unrelayed_age_seconds',
-      help: "Age of the oldest event not relayed yet (0 when none), as last read by this replica's relay.",
+    eventsOldestAge: new Gauge({
+      name: 'events_oldest_waiting_age_seconds',
+      help: "Age of the oldest event waiting (0 when none), by stage as events_backlog, as last read by the stage's holder.",
+      labelNames: ['stage'] as const,
+      registers: [registry],
+    }),
+    eventsRelayHolder: new Gauge({
+      name: 'events_relay_holder',
+      help: 'Whether this replica holds the relay lease of a role: batches (takes the batches, feeds the webhooks) or nats (publishes them); one holder a role per deployment.',
+      labelNames: ['role'] as const,
+      registers: [registry],
+    }),
+    eventsBatched: new Counter({
+      name: 'events_batched_total',
+      help: 'Events taken into batches (each batch recorded with its webhook deliveries) by this replica.',
       registers: [registry],
     }),
     eventsPublishDuration: new Histogram({
@@ -290,7 +303,8 @@ function eventMetrics(registry: Registry) {
     }),
     eventsRelayLag: new Histogram({
       name: 'events_relay_lag_seconds',
-      help: "Events relayed, from their row's commit (the statement that wrote it) to the stream's acknowledgement (without a broker: to the relay's claim).",
+      help: "Events relayed, from their time (the change row's, stamped after the agent's change lock, a few ms before its commit) to the stream's acknowledgement (stage nats) or, on a replica without a broker, to their batch (stage batches).",
+      labelNames: ['stage'] as const,
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers: [registry],
     }),
@@ -302,7 +316,7 @@ function eventMetrics(registry: Registry) {
     }),
     eventsPublishFailures: new Counter({
       name: 'events_publish_failures_total',
-      help: 'Publishes of events that were not acknowledged, by reason (not_connected, timeout, no_stream, rejected, invalid); the events wait in the outbox.',
+      help: 'Publishes of events that were not acknowledged, by reason (not_connected, timeout, no_stream, rejected, invalid); the events wait in their batches.',
       labelNames: ['reason'] as const,
       registers: [registry],
     }),
@@ -349,6 +363,7 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
   // Known label sets start at 0, so the first event is an increase that rate() and increase() see.
   for (const reason of ['missing', 'unknown']) metrics.authFailures.inc({ reason }, 0);
   for (const reason of ['not_connected', 'timeout', 'no_stream', 'rejected', 'invalid']) metrics.eventsPublishFailures.inc({ reason }, 0);
+  for (const role of ['batches', 'nats']) metrics.eventsRelayHolder.set({ role }, 0);
   for (const reason of ['read_only', 'terminated', 'connection_lost']) metrics.postgresFailovers.inc({ reason }, 0);
   for (const outcome of ['completed', 'incomplete', 'failed', 'superseded', 'stopped']) metrics.workerAttempts.inc({ outcome }, 0);
   for (const dependency of ['spend_management', 'redis', 'postgres']) metrics.campaignsNotConfirmed.inc({ dependency }, 0);

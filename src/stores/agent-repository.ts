@@ -2,7 +2,7 @@ import { type CommonQueryMethods, type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import { defaultEventSource } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
-import { changeEvent, completionEvent } from './event-outbox.js';
+import { completionEvent } from './event-outbox.js';
 import { changeLock, postgresCall, seconds } from './postgres.js';
 import { type Statement, statementsFor } from './statements.js';
 
@@ -163,20 +163,16 @@ export interface AgentRepository {
 }
 
 /**
- * The CTEs `change`, `outboxed` and `keyed` of a status change's statement: the change row, appended
- * from the CTE `serial` (after the change lock), its event (src/stores/event-outbox.ts), and its id
- * written to the idempotency key this request holds, fenced by the claim (no key: no row matches).
+ * The CTEs `change` and `keyed` of a status change's statement: the change row, appended from the
+ * CTE `serial` (after the change lock), which is also its event (its xid and time are the columns'
+ * defaults, docs/events-order.md), and its id written to the idempotency key this request holds,
+ * fenced by the claim (no key: no row matches).
  */
-const recordChange = (
-  enabled: boolean,
-  author: ChangeAuthor,
-  claim: ChangeConditions['keyClaim'],
-  eventSource: string,
-) => sql.fragment`change AS (
+const recordChange = (enabled: boolean, author: ChangeAuthor, claim: ChangeConditions['keyClaim']) => sql.fragment`change AS (
     INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name, request_id)
     SELECT agent_id, network_id, ${enabled}, ${author.partnerName}, ${author.requestId ?? null} FROM serial
     RETURNING change_id, agent_id, network_id, enabled, agent_seq, changed_at
-  ), ${changeEvent(eventSource)}, keyed AS (
+  ), keyed AS (
     UPDATE idempotency_keys k SET change_id = c.change_id FROM change c
     WHERE k.network_id = ${claim?.networkId ?? null}::uuid AND k.idempotency_key = ${claim?.key ?? null}
       AND k.claim_token = ${claim?.claimToken ?? null}::uuid
@@ -204,7 +200,7 @@ export function createAgentRepository(
 }
 
 /** The status changes: the flag, the change row and its event, the pending disable. */
-function statusChanges({ pool, timed, statement, eventSource }: StatementParts): Pick<AgentRepository, 'enable' | 'disable'> {
+function statusChanges({ pool, timed, statement }: StatementParts): Pick<AgentRepository, 'enable' | 'disable'> {
   return {
     enable: (networkId, agentId, author, conditions = {}) =>
       timed('enable_agent', async () => {
@@ -221,7 +217,7 @@ function statusChanges({ pool, timed, statement, eventSource }: StatementParts):
             -- Through the function (migration 015), whose snapshot also shows a disable committed
             -- while this statement waited for the change lock: that disable, too, is superseded.
             SELECT public.supersede_pending_disable(serial.agent_id) AS superseded FROM serial
-          ), ${recordChange(true, author, conditions.keyClaim, eventSource)}
+          ), ${recordChange(true, author, conditions.keyClaim)}
           SELECT coalesce((SELECT superseded FROM cleared), false) AS superseded FROM agent`;
         const made = (row: z.infer<typeof enableRow> | null) => (row ? { supersededDisable: row.superseded } : false);
         if (!conditions.ifMatch) return made(await pool.maybeOne(change));
@@ -269,7 +265,7 @@ function statusChanges({ pool, timed, statement, eventSource }: StatementParts):
                   trace_parent = EXCLUDED.trace_parent
               WHERE p.claim_token IS NULL OR p.next_attempt_at <= now()
             RETURNING 1
-          ), ${recordChange(false, author, conditions.keyClaim, eventSource)}
+          ), ${recordChange(false, author, conditions.keyClaim)}
           SELECT (SELECT change_id FROM change)::text AS change_id,
                  EXISTS (SELECT 1 FROM pending) AS claimed,
                  EXISTS (SELECT 1 FROM flagged) AS flagged,

@@ -1,7 +1,7 @@
 import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
-import { eventJson } from './event-json.js';
+import { eventJson } from './event-batches.js';
 import { postgresCall, seconds } from './postgres.js';
 
 /**

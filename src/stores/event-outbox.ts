@@ -5,44 +5,22 @@ import { postgresCall, seconds } from './postgres.js';
 import { deliveriesOf } from './webhook-deliveries.js';
 
 /**
- * The transactional outbox of docs/interfaces.md §14 (migration 015): one `event_outbox` row per
- * event, written by the statement that commits its fact. The change statements (src/stores/agent-repository.ts)
- * insert theirs through `changeEvent`, the statements that finish a disable call `completionEvent`;
- * the relay (src/events/outbox-relay.ts) claims, marks and prunes through `createEventOutbox`.
+ * The transactional outbox of migration 015, closed by migration 024: the rows it still holds from
+ * before (events committed before the snapshot batches of src/stores/event-batches.ts) are claimed,
+ * marked and pruned by the relay (src/events/event-relay.ts) until none is left; nothing new is
+ * written to it. The statements that finish a disable call `completionEvent`, whose function
+ * (migration 024) writes a row of disable_completions.
  */
 
 /** The project's prefix of CloudEvents `type`: `partner-agent-status.agent.disabled` and so on. */
 export const eventTypePrefix = 'partner-agent-status.';
 
 /**
- * The CTE `outboxed` of a status change's statement: the change row's event, from the CTE `change`
- * (which returns the row's change_id, agent_id, network_id, enabled, agent_seq and changed_at). Its
- * id is derived from the change row's id, so the event, its redeliveries and the history's row name
- * one fact; `changeId` is the change's number among its agent's changes, as the history says it.
- */
-export const changeEvent = (source: string) => sql.fragment`outboxed AS (
-    INSERT INTO event_outbox (id, network_id, agent_id, type, event)
-    SELECT e.id, c.network_id, c.agent_id, e.type,
-           jsonb_build_object(
-             'specversion', '1.0',
-             'id', e.id,
-             'source', ${source}::text,
-             'type', ${eventTypePrefix}::text || e.type,
-             'subject', c.agent_id,
-             'time', to_char(c.changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-             'datacontenttype', 'application/json',
-             'data', jsonb_build_object('agentId', c.agent_id, 'networkId', c.network_id, 'enabled', c.enabled,
-                                        'changeId', c.agent_seq))
-    FROM change c,
-         LATERAL (SELECT md5('agent_status_changes/' || c.change_id)::uuid AS id,
-                         CASE WHEN c.enabled THEN 'agent.enabled' ELSE 'agent.disabled' END AS type) e
-  )`;
-
-/**
  * A call that writes the completion event of the disable whose pending row the statement deletes
- * (`paused`: campaigns paused on its behalf). The statement must hold the agent's change lock
- * (`changeLock` of src/stores/postgres.ts) before it locks the pending row; the function
- * (migration 015) reads the agent's latest disable with a snapshot of its own.
+ * (`paused`: campaigns paused on its behalf): a row of disable_completions, numbered after that
+ * disable (docs/events-order.md). The statement must hold the agent's change lock (`changeLock` of
+ * src/stores/postgres.ts) before it locks the pending row; the function (migration 024) reads the
+ * agent's latest disable with a snapshot of its own.
  */
 export const completionEvent = (
   agentId: ReturnType<typeof sql.fragment> | string,

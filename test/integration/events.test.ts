@@ -5,8 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isCloudEvent } from '../../src/events/cloud-event.js';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { createAgentRepository } from '../../src/stores/agent-repository.js';
-import { createEventOutbox } from '../../src/stores/event-outbox.js';
-import { newApiKey, testDatabase } from '../support/data.js';
+import { createEventBatchStore } from '../../src/stores/event-batches.js';
+import { newApiKey, testDatabase, unpublishedEventsSql } from '../support/data.js';
 import { databaseUrl } from '../support/database-url.js';
 import { type NatsServer, type StreamedEvent, startNatsServer } from '../support/nats-server.js';
 import { startTestService, type TestService } from '../support/service.js';
@@ -66,8 +66,8 @@ async function eventsOf(agentIds: string[], count: number, timeoutMs = 10_000): 
 /** The agent's change rows: their event ids and per-agent numbers, in commit order. */
 async function changeRows(agentId: string): Promise<Array<{ eventId: string; seq: number; enabled: boolean }>> {
   const { rows } = await db.pool.query(
-    `SELECT md5('agent_status_changes/' || change_id)::uuid::text AS event_id, agent_seq::int AS seq, enabled
-       FROM agent_status_changes WHERE agent_id = $1 ORDER BY change_id`,
+    `SELECT event_id::text AS event_id, agent_seq::int AS seq, enabled
+       FROM agent_events WHERE agent_id = $1 AND type <> 'agent.disable.completed' ORDER BY position`,
     [agentId],
   );
   return rows.map((row) => ({ eventId: row.event_id, seq: row.seq, enabled: row.enabled }));
@@ -132,11 +132,11 @@ describe('a disable, an enable and a completion each publish one CloudEvent', ()
     ]);
   });
 
-  it('writes no event for a change that is refused (404), and the outbox row of each event is marked relayed', async () => {
+  it('writes no event for a change that is refused (404), and each event is marked published', async () => {
     const other = await db.network();
     const foreign = await db.agent(other);
     expect((await svc.setStatus(key, foreign, false)).statusCode).toBe(404);
-    const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM event_outbox WHERE agent_id = $1', [foreign]);
+    const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM agent_events WHERE agent_id = $1', [foreign]);
     expect(rows[0].n).toBe(0);
 
     const agentId = await db.agent(networkId);
@@ -179,7 +179,7 @@ describe('the relay never skips an event committed late', () => {
       await written;
       expect((await svc.setStatus(key, late, true)).statusCode).toBe(200);
       await eventsOf([late], 1);
-      const { rows } = await db.pool.query('SELECT agent_id FROM event_outbox WHERE agent_id = ANY($1) ORDER BY position', [[early, late]]);
+      const { rows } = await db.pool.query('SELECT agent_id FROM agent_events WHERE agent_id = ANY($1) ORDER BY position', [[early, late]]);
       // Only the later event is visible while the earlier one's transaction is open.
       expect(rows.map((row) => row.agent_id)).toEqual([late]);
     } finally {
@@ -189,7 +189,7 @@ describe('the relay never skips an event committed late', () => {
     }
     const messages = await eventsOf([early, late], 2);
     expect(messages.map((m) => m.event.data.agentId).sort()).toEqual([early, late].sort());
-    const { rows } = await db.pool.query('SELECT agent_id FROM event_outbox WHERE agent_id = ANY($1) ORDER BY position', [[early, late]]);
+    const { rows } = await db.pool.query('SELECT agent_id FROM agent_events WHERE agent_id = ANY($1) ORDER BY position', [[early, late]]);
     // The earlier event holds the lower position: a cursor past the later one would have lost it.
     expect(rows.map((row) => row.agent_id)).toEqual([early, late]);
   });
@@ -247,16 +247,13 @@ describe('a broker that is down', () => {
     expect(statuses.length).toBeGreaterThanOrEqual(8);
     expect(statuses.every((status) => status === 200)).toBe(true);
     expect(Math.max(...durations)).toBeLessThan(1_000);
-    const { rows: waiting } = await db.pool.query(
-      'SELECT count(*)::int AS n FROM event_outbox WHERE agent_id = ANY($1) AND relayed_at IS NULL',
-      [agents],
-    );
+    const { rows: waiting } = await db.pool.query(unpublishedEventsSql, [agents]);
     expect(waiting[0].n).toBeGreaterThan(0);
 
     await nats.start();
     const expected = (await Promise.all(agents.map(changeRows))).flat();
     const completions = await db.pool.query(
-      "SELECT count(*)::int AS n FROM event_outbox WHERE agent_id = ANY($1) AND type = 'agent.disable.completed'",
+      "SELECT count(*)::int AS n FROM agent_events WHERE agent_id = ANY($1) AND type = 'agent.disable.completed'",
       [agents],
     );
     const messages = await eventsOf(agents, expected.length + completions.rows[0].n, 30_000);
@@ -282,55 +279,39 @@ describe('a broker that is down', () => {
 });
 
 describe('without a broker', () => {
-  it('marks events relayed in the outbox, where they stay visible for the retention', async () => {
+  it('takes the events into batches all the same (the webhooks and the feed get them), and holds no NATS lease', async () => {
+    // The service with a broker gives its leases back, so that this replica takes the batches.
+    await svc.service.relay.stop();
     const bare = await startTestService({
       partners: [{ key, networkId, name: 'events-partner' }],
       env: { EVENTS_RELAY_POLL_INTERVAL_MS: '20' },
     });
+    const reader = await createPool(databaseUrl(), { maxPoolSize: 1 });
     try {
       const agentId = await db.agent(networkId);
       expect((await bare.setStatus(key, agentId, true)).statusCode).toBe(200);
-      const row = await waitFor(
-        async () => {
-          const { rows } = await db.pool.query('SELECT event, relayed_at FROM event_outbox WHERE agent_id = $1', [agentId]);
-          return rows[0]?.relayed_at ? rows[0] : undefined;
-        },
-        { timeoutMs: 5_000, intervalMs: 25, failure: 'the event was not marked relayed without a broker' },
+      await waitFor(async () => (await db.unbatchedEvents(agentId)) === 0, {
+        timeoutMs: 5_000,
+        intervalMs: 25,
+        failure: 'the event was not taken into a batch without a broker',
+      });
+      const batches = createEventBatchStore(reader, createMetrics({ collectDefaults: false }));
+      const { rows } = await db.pool.query(
+        `SELECT b.id::text FROM event_batches b, agent_events e
+          WHERE e.agent_id = $1 AND pg_visible_in_snapshot(e.xid, b.snapshot) ORDER BY b.id LIMIT 1`,
+        [agentId],
       );
-      expect(isCloudEvent(row.event)).toBe(true);
-      expect(row.event.source).toBe('urn:partner-agent-status');
+      const pair = await batches.batchAfter(String(BigInt(rows[0].id) - 1n));
+      const events = await batches.read(pair!.previous, pair!.batch, null, 500, 'urn:partner-agent-status');
+      const event = JSON.parse(events.find((e) => e.agentId === agentId)!.event);
+      expect(isCloudEvent(event)).toBe(true);
+      expect(event.source).toBe('urn:partner-agent-status');
+      const holder = (await bare.service.metrics.registry.getSingleMetric('events_relay_holder')!.get()).values;
+      expect(holder.find((v) => v.labels.role === 'batches')?.value).toBe(1);
+      expect(holder.find((v) => v.labels.role === 'nats')?.value).toBe(0);
     } finally {
+      await reader.end();
       await bare.close();
-    }
-  });
-});
-
-describe("the relay's claim", () => {
-  it("hands out an agent's oldest unrelayed event only, and the next one once that one is relayed", async () => {
-    // The service's own relay is stopped, so that this claim is the only one.
-    await svc.service.relay.stop();
-    const pool = await createPool(databaseUrl(), { maxPoolSize: 1 });
-    const outbox = createEventOutbox(pool, createMetrics({ collectDefaults: false }));
-    const handedOut: string[] = [];
-    try {
-      const agentId = await db.agent(networkId);
-      for (const enabled of [false, true, false]) expect((await svc.setStatus(key, agentId, enabled)).statusCode).toBe(200);
-      const claimOf = async () => {
-        const claimed = await outbox.claim(50, 60_000);
-        handedOut.push(...claimed.map((event) => event.id));
-        return claimed.filter((event) => event.agentId === agentId);
-      };
-
-      const first = await claimOf();
-      expect(first.map((event) => event.type)).toEqual(['agent.disabled']);
-      // Another relay (or this one again) gets nothing of the agent while its oldest is out.
-      expect(await claimOf()).toEqual([]);
-      await outbox.markRelayed([first[0]!.id]);
-      expect((await claimOf()).map((event) => event.type)).toEqual(['agent.disable.completed']);
-    } finally {
-      // What was handed out and not relayed goes back at once; the service's relay takes it over.
-      if (handedOut.length > 0) await outbox.release(handedOut, 0);
-      await pool.end();
       svc.service.relay.start();
     }
   });

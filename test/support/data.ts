@@ -5,6 +5,25 @@ import { issueKey } from '../../src/auth/issued-key.js';
 import { databaseUrl } from './database-url.js';
 import { insertAgent, insertCampaigns, insertNetwork } from './platform-rows.js';
 
+/**
+ * The events of the agents `$1` (an array) that the NATS consumer has not published yet: after its
+ * cursor (docs/events-order.md), i.e. not in its finished batch's snapshot, and not among the
+ * positions it published of the next one.
+ */
+export const unpublishedEventsSql = `
+  SELECT count(*)::int AS n
+  FROM agent_events e, event_consumers c
+  JOIN event_batches b ON b.id = c.batch_id
+  LEFT JOIN event_batches nb ON nb.id = c.batch_id + 1
+  WHERE c.name = 'nats' AND e.agent_id = ANY ($1) AND NOT pg_visible_in_snapshot(e.xid, b.snapshot)
+    AND NOT (c.position IS NOT NULL AND nb.id IS NOT NULL AND pg_visible_in_snapshot(e.xid, nb.snapshot) AND e.position <= c.position)`;
+
+/** The events of the agents `$1` (an array) in no batch yet. */
+const unbatchedEventsSql = `
+  SELECT count(*)::int AS n
+  FROM agent_events e, (SELECT snapshot FROM event_batches ORDER BY id DESC LIMIT 1) l
+  WHERE e.agent_id = ANY ($1) AND NOT pg_visible_in_snapshot(e.xid, l.snapshot)`;
+
 /** Direct access to the run's database for seeding and reading back, outside the service. */
 export function testDatabase() {
   const pool = new pg.Pool({ connectionString: databaseUrl(), max: 4 });
@@ -32,11 +51,14 @@ export function testDatabase() {
       const { rows } = await pool.query('SELECT count(*)::int AS n FROM agent_status_changes WHERE agent_id = $1', [agentId]);
       return rows[0].n;
     },
-    /** The agent's events not relayed yet (rows of event_outbox without relayed_at). */
+    /** The agent's events not published to NATS yet (docs/events-order.md: after the NATS consumer's cursor). */
     async unrelayedEvents(agentId: string): Promise<number> {
-      const { rows } = await pool.query('SELECT count(*)::int AS n FROM event_outbox WHERE agent_id = $1 AND relayed_at IS NULL', [
-        agentId,
-      ]);
+      const { rows } = await pool.query(unpublishedEventsSql, [[agentId]]);
+      return rows[0].n;
+    },
+    /** The agent's events in no batch yet (the webhooks and the feed have not got them). */
+    async unbatchedEvents(agentId: string): Promise<number> {
+      const { rows } = await pool.query(unbatchedEventsSql, [[agentId]]);
       return rows[0].n;
     },
     /** Whether the agent has a recorded disable still pending. */

@@ -1,12 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
+import { unpublishedEventsSql } from './data.js';
 import type { NatsServer, StreamedEvent } from './nats-server.js';
 
 const completedType = 'partner-agent-status.agent.disable.completed';
 
 /**
  * What the chaos suites check of the events once everything has healed (docs/interfaces.md §14):
- * waits (up to `timeoutMs`) until the agents' outbox is relayed, then compares the stream with the
+ * waits (up to `timeoutMs`) until the agents' events are published, then compares the stream with the
  * database. Every committed change row and every completion has exactly one event id on the stream;
  * each agent's change events are in changeId order, and each completion follows the disable it
  * names. Returns the problems found (none: an empty list).
@@ -20,21 +21,19 @@ export async function eventStreamProblems(
 ): Promise<string[]> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const { rows } = await pool.query('SELECT count(*)::int AS n FROM event_outbox WHERE agent_id = ANY($1) AND relayed_at IS NULL', [
-      agents,
-    ]);
+    const { rows } = await pool.query(unpublishedEventsSql, [agents]);
     if (rows[0].n === 0) break;
     if (Date.now() > deadline) return [`${rows[0].n} events still unrelayed ${timeoutMs} ms after healing`];
     await sleep(250);
   }
 
   const { rows: changes } = await pool.query(
-    `SELECT agent_id, md5('agent_status_changes/' || change_id)::uuid::text AS event_id, agent_seq::int AS seq
-       FROM agent_status_changes WHERE agent_id = ANY($1) ORDER BY change_id`,
+    `SELECT agent_id, event_id::text AS event_id, agent_seq::int AS seq
+       FROM agent_events WHERE agent_id = ANY($1) AND type <> 'agent.disable.completed' ORDER BY position`,
     [agents],
   );
   const { rows: completions } = await pool.query(
-    "SELECT id::text AS event_id FROM event_outbox WHERE agent_id = ANY($1) AND type = 'agent.disable.completed'",
+    "SELECT event_id::text AS event_id FROM agent_events WHERE agent_id = ANY($1) AND type = 'agent.disable.completed'",
     [agents],
   );
   const wanted = new Set(agents);

@@ -1,0 +1,359 @@
+import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import type { Logger } from 'pino';
+import { sqlstateFields } from '../observability/dependency-calls.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { Batch, BatchEvent, EventBatchStore, RelayRole } from '../stores/event-batches.js';
+import type { EventOutbox } from '../stores/event-outbox.js';
+import { isCloudEvent } from './cloud-event.js';
+import { type EventPublisher, type PublishableEvent, PublishError } from './nats-publisher.js';
+
+/** EVENTS_RELAY_*, EVENTS_RETENTION_MS and EVENTS_SOURCE (docs/operations.md). */
+export interface RelaySettings {
+  pollIntervalMs: number;
+  /** Events published to NATS per step (a page of a batch), and the events a batch hands over in memory. */
+  batchSize: number;
+  /** How long a role's lease is this replica's: a replica that dies leaves it to another after it. */
+  leaseMs: number;
+  /** After a publish that failed, the NATS step waits this long. */
+  retryDelayMs: number;
+  /** Batches and completions stay this long before they are pruned. */
+  retentionMs: number;
+  /** The CloudEvents `source`. */
+  source: string;
+}
+
+const statsIntervalMs = 5_000;
+/** The pause after a batch that was not full: a steady stream costs a statement or two a batch. */
+const busyPauseMs = 10;
+const pruneIntervalMs = 60_000;
+const pruneBatch = 5_000;
+const natsConsumer = 'nats';
+const roles: readonly RelayRole[] = ['batches', 'nats'];
+
+/** What one pass did: events handled, and whether more is waiting at once. */
+interface Pass {
+  events: number;
+  more: boolean;
+}
+
+/**
+ * The events relay of docs/interfaces.md §14 and docs/events-order.md, one object per replica and one
+ * holder per role and deployment (a lease row each, so it works through PgBouncer in transaction mode;
+ * another replica takes a role over once its holder's lease ran out):
+ * - `batches` (any replica): takes a snapshot batch every poll, which records the batch and makes its
+ *   webhook deliveries in one statement; the webhooks never wait for a broker;
+ * - `nats` (only a replica with EVENTS_NATS_URL): publishes the recorded batches in order, each agent's
+ *   events one after the other, and moves its cursor (event_consumers) once the stream acknowledged
+ *   them. A replica without a broker never takes it, so it never marks anything published.
+ * Before the first batch it drains the rows event_outbox still holds from before migration 024.
+ * Shaped as a poll loop: `pass()` claims (the leases), works and says whether more is due; `start`,
+ * `stop` and the pause between passes (with backoff after errors) are the loop's.
+ */
+export class EventRelay {
+  private readonly token = randomUUID();
+  private readonly holds: Record<RelayRole, boolean> = { batches: false, nats: false };
+  /** The latest batch this replica knows: the base of its next batch (undefined: read it again). */
+  private base: Batch | undefined;
+  /** The batch this replica just took and its events, when it holds them all: the NATS step publishes them without reading them again. */
+  private taken: { previousId: string; batch: Batch; events: readonly BatchEvent[] } | undefined;
+  /** The NATS consumer's cursor as last saved (undefined: read it again). */
+  private cursor: { batchId: string; position: string | null } | undefined;
+  private outboxDrained = false;
+  private readonly due = {
+    leases: Number.NEGATIVE_INFINITY,
+    nats: Number.NEGATIVE_INFINITY,
+    stats: Number.NEGATIVE_INFINITY,
+    prune: Number.NEGATIVE_INFINITY,
+  };
+  private lastWarning = Number.NEGATIVE_INFINITY;
+  private errors = 0;
+  private stopped = true;
+  private running: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private wake: (() => void) | undefined;
+
+  constructor(
+    private readonly deps: {
+      batches: EventBatchStore;
+      outbox: EventOutbox;
+      publisher: EventPublisher | undefined;
+      settings: RelaySettings;
+      metrics: Metrics;
+      log: Logger;
+      /** This replica's name in the lease rows. */
+      holder: string;
+    },
+  ) {}
+
+  start(): void {
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.running = this.loop();
+  }
+
+  /** Stops after the pass under way and gives the leases back, so another replica takes over at once. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    this.wake?.();
+    await this.running;
+    for (const role of roles) {
+      if (!this.holds[role]) continue;
+      this.holds[role] = false;
+      this.deps.metrics.eventsRelayHolder.set({ role }, 0);
+      await this.deps.batches.release(role, this.token).catch(() => undefined);
+    }
+  }
+
+  /** One pass at once, without waiting for the next poll (tests); how many events it handled. */
+  async relayNow(): Promise<number> {
+    return (await this.pass()).events;
+  }
+
+  /** Claim (the leases), work (the outbox's rows, a batch, a page to NATS), housekeeping. */
+  async pass(): Promise<Pass> {
+    await this.claimLeases();
+    let events = 0;
+    let more = false;
+    if (!this.outboxDrained && (this.holds.nats || (this.holds.batches && !this.deps.publisher))) {
+      const drained = await this.drainOutbox();
+      events += drained;
+      more ||= drained > 0;
+    }
+    if (this.holds.batches) {
+      const taken = await this.takeBatch();
+      events += taken;
+      more ||= taken >= this.deps.settings.batchSize;
+    }
+    if (this.holds.nats && this.outboxDrained && performance.now() >= this.due.nats) {
+      const step = await this.publishStep();
+      events += step.events;
+      more ||= step.more;
+    }
+    await this.housekeeping();
+    return { events, more };
+  }
+
+  private async loop(): Promise<void> {
+    while (!this.stopped) {
+      try {
+        const pass = await this.pass();
+        this.errors = 0;
+        if (pass.more) continue;
+        const { pollIntervalMs } = this.deps.settings;
+        await this.sleep(pass.events > 0 ? Math.min(pollIntervalMs, busyPauseMs) : pollIntervalMs);
+      } catch (error) {
+        this.errors += 1;
+        // What this replica knew may be stale (another replica took a batch): read it again.
+        this.base = undefined;
+        this.taken = undefined;
+        this.cursor = undefined;
+        this.warn(
+          { reason: (error as Error).message, ...sqlstateFields(error) },
+          'the event relay could not reach the database; trying again',
+        );
+        await this.sleep(Math.min(this.deps.settings.pollIntervalMs * 2 ** this.errors, 5_000));
+      }
+    }
+  }
+
+  /** Takes a role whose lease is free (every quarter lease), and renews `nats` (every third). */
+  private async claimLeases(): Promise<void> {
+    const now = performance.now();
+    const { leaseMs } = this.deps.settings;
+    if (now < this.due.leases) return;
+    this.due.leases = now + Math.max(this.deps.settings.pollIntervalMs, Math.min(leaseMs / 4, 1_000));
+    for (const role of roles) {
+      if (role === 'nats' && !this.deps.publisher) continue;
+      // `batches` is renewed by every batch statement; taken here only when not held.
+      if (role === 'batches' && this.holds.batches) continue;
+      this.setHeld(role, await this.deps.batches.acquire(role, this.deps.holder, this.token, leaseMs));
+    }
+  }
+
+  private setHeld(role: RelayRole, held: boolean): void {
+    if (held !== this.holds[role]) {
+      this.deps.log.info({ role, held }, held ? 'this replica now relays events' : 'this replica no longer relays events');
+      if (!held) {
+        this.base = undefined;
+        this.taken = undefined;
+        this.cursor = undefined;
+      }
+    }
+    this.holds[role] = held;
+    this.deps.metrics.eventsRelayHolder.set({ role }, held ? 1 : 0);
+  }
+
+  /** The outbox rows written before migration 024: published (with a broker) and marked, as before. */
+  private async drainOutbox(): Promise<number> {
+    const { outbox, publisher, settings, batches } = this.deps;
+    // Without a broker here, only in a deployment that has none: a replica with one publishes them.
+    if (!publisher && (await batches.brokerSeen())) {
+      this.outboxDrained = true;
+      return 0;
+    }
+    const events = await outbox.claim(settings.batchSize, settings.leaseMs);
+    if (events.length === 0) {
+      this.outboxDrained = true;
+      return 0;
+    }
+    const outcomes = await Promise.all(events.map((event) => this.publish(event, event.ageSeconds, performance.now())));
+    const relayed = events.filter((_, at) => outcomes[at]).map((event) => event.id);
+    const failed = events.filter((_, at) => !outcomes[at]).map((event) => event.id);
+    if (relayed.length > 0) await outbox.markRelayed(relayed);
+    if (failed.length > 0) await outbox.release(failed, settings.retryDelayMs);
+    return relayed.length;
+  }
+
+  /** One batch: every event committed since the last; how many. */
+  private async takeBatch(): Promise<number> {
+    const { batches, settings, metrics } = this.deps;
+    this.base ??= await batches.latest();
+    const base = this.base;
+    const readAt = performance.now();
+    const result = await batches.take(base, { token: this.token, leaseMs: settings.leaseMs }, settings.source, settings.batchSize);
+    if (!result.held) {
+      this.setHeld('batches', false);
+      return 0;
+    }
+    if (!result.batch) return 0;
+    this.base = result.batch;
+    const complete = result.events.length === result.batch.events;
+    this.taken = complete ? { previousId: base.id, batch: result.batch, events: result.events } : undefined;
+    metrics.eventsBatched.inc(result.batch.events);
+    if (!this.deps.publisher) {
+      for (const event of result.events)
+        metrics.eventsRelayLag.observe({ stage: 'batches' }, event.ageSeconds + (performance.now() - readAt) / 1_000);
+    }
+    return result.batch.events;
+  }
+
+  /** Publishes the next page of the recorded batches to NATS, then moves the cursor. */
+  private async publishStep(): Promise<Pass> {
+    const { batches, settings } = this.deps;
+    this.cursor ??= await batches.cursor(natsConsumer);
+    const cursor = this.cursor;
+    const page = await this.nextPage(cursor);
+    if (!page) return { events: 0, more: false };
+    const readAt = performance.now();
+    const byAgent = new Map<string, BatchEvent[]>();
+    for (const event of page.events) byAgent.set(event.agentId, [...(byAgent.get(event.agentId) ?? []), event]);
+    const outcomes = await Promise.all([...byAgent.values()].map((own) => this.publishInOrder(own, readAt)));
+    if (outcomes.some((ok) => !ok)) {
+      // Nothing moves: the page goes out again (the stream drops what it has, by id) after a pause.
+      this.due.nats = performance.now() + settings.retryDelayMs;
+      return { events: 0, more: false };
+    }
+    const next = page.finished
+      ? { batchId: page.batch.id, position: null }
+      : { batchId: cursor.batchId, position: page.events.at(-1)!.position };
+    const held = await batches.advance(natsConsumer, { token: this.token, leaseMs: settings.leaseMs }, next.batchId, next.position);
+    if (!held) {
+      this.setHeld('nats', false);
+      return { events: 0, more: false };
+    }
+    this.cursor = next;
+    // Caught up with the batch this replica just took: nothing more until the next one.
+    return { events: page.events.length, more: !(page.finished && this.base?.id === next.batchId) };
+  }
+
+  /** The events after the cursor: from the batch just taken when it is the next, else read. */
+  private async nextPage(cursor: { batchId: string; position: string | null }) {
+    const { batches, settings } = this.deps;
+    const taken = this.taken;
+    if (taken && taken.previousId === cursor.batchId && cursor.position === null) {
+      this.taken = undefined;
+      return { batch: taken.batch, events: taken.events, finished: true };
+    }
+    const pair = await batches.batchAfter(cursor.batchId);
+    if (!pair) return undefined;
+    if (pair.previous.id !== cursor.batchId) {
+      this.deps.log.error(
+        { from: cursor.batchId, to: pair.previous.id },
+        'batches the NATS consumer had not published were pruned; it resumes at the oldest kept',
+      );
+      this.cursor = { batchId: pair.previous.id, position: null };
+    }
+    const position = pair.previous.id === cursor.batchId ? cursor.position : null;
+    const events = await batches.read(pair.previous, pair.batch, position, settings.batchSize, settings.source);
+    return { batch: pair.batch, events, finished: events.length < settings.batchSize };
+  }
+
+  /** An agent's events one after the other, each acknowledged before the next goes; false at the first failure. */
+  private async publishInOrder(events: readonly BatchEvent[], readAt: number): Promise<boolean> {
+    for (const event of events) if (!(await this.publish(event, event.ageSeconds, readAt))) return false;
+    return true;
+  }
+
+  /** Publishes one event (without a broker: nothing to do); whether it was acknowledged. */
+  private async publish(event: PublishableEvent, ageSeconds: number, readAt: number): Promise<boolean> {
+    const { publisher, metrics } = this.deps;
+    if (!isCloudEvent(parsed(event.event))) {
+      metrics.eventsPublishFailures.inc({ reason: 'invalid' });
+      this.warn({ eventId: event.id, type: event.type }, 'an event does not match the event schema; it is not published');
+      return false;
+    }
+    if (!publisher) return true;
+    const startedAt = performance.now();
+    try {
+      const ack = await publisher.publish(event);
+      const now = performance.now();
+      metrics.eventsPublishDuration.observe((now - startedAt) / 1_000);
+      metrics.eventsPublished.inc({ duplicate: String(ack.duplicate) });
+      metrics.eventsRelayLag.observe({ stage: 'nats' }, ageSeconds + (now - readAt) / 1_000);
+      return true;
+    } catch (error) {
+      const reason = error instanceof PublishError ? error.reason : 'rejected';
+      metrics.eventsPublishFailures.inc({ reason });
+      this.warn({ reason, cause: (error as Error).message }, 'could not publish events; they wait in their batches');
+      return false;
+    }
+  }
+
+  private async housekeeping(): Promise<void> {
+    const now = performance.now();
+    const { batches, outbox, metrics, settings } = this.deps;
+    if (now >= this.due.stats) {
+      this.due.stats = now + statsIntervalMs;
+      const backlog = (stage: string, figures: { count: number; oldestAgeSeconds: number }) => {
+        metrics.eventsBacklog.set({ stage }, figures.count);
+        metrics.eventsOldestAge.set({ stage }, figures.oldestAgeSeconds);
+      };
+      if (this.holds.batches) backlog('batches', await batches.unbatched());
+      if (this.holds.nats) backlog('nats', await batches.unconsumed(natsConsumer));
+      if (this.holds.batches || this.holds.nats)
+        backlog('outbox', this.outboxDrained ? { count: 0, oldestAgeSeconds: 0 } : await outbox.backlog());
+    }
+    if (this.holds.batches && now >= this.due.prune) {
+      this.due.prune = now + pruneIntervalMs;
+      // Until less than a full statement's worth is left: pruned faster than any write rate.
+      while (!this.stopped && (await batches.prune(settings.retentionMs, pruneBatch)) >= pruneBatch);
+      while (!this.stopped && (await outbox.prune(settings.retentionMs, pruneBatch)) >= pruneBatch);
+    }
+  }
+
+  /** One log line per 10 s at most while something keeps failing. */
+  private warn(fields: object, message: string): void {
+    if (performance.now() - this.lastWarning < 10_000) return;
+    this.lastWarning = performance.now();
+    this.deps.log.warn(fields, message);
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      this.wake = resolve;
+      this.timer = setTimeout(resolve, ms);
+    }).finally(() => {
+      this.wake = undefined;
+    });
+  }
+}
+
+function parsed(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}

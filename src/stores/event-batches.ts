@@ -1,0 +1,274 @@
+import { type DatabasePool, sql } from 'slonik';
+import { z } from 'zod';
+import type { Metrics } from '../observability/metrics.js';
+import { eventTypePrefix } from './event-outbox.js';
+import { postgresCall, seconds } from './postgres.js';
+import { deliveriesOf } from './webhook-deliveries.js';
+
+/**
+ * The events of docs/interfaces.md §14 as the history rows themselves (docs/events-order.md,
+ * migrations 022-024): the view `agent_events` read in snapshot batches, each batch recorded in
+ * `event_batches` with its webhook deliveries in one statement; the relay's leases (one holder per
+ * role and deployment) and the NATS consumer's cursor. The relay (src/events/event-relay.ts) is the
+ * only caller.
+ */
+
+/** A relay role: `batches` takes the batches (and feeds the webhooks), `nats` publishes them. */
+export type RelayRole = 'batches' | 'nats';
+
+/** An event of a batch, as the relay publishes it. */
+export interface BatchEvent {
+  /** Its place in the order (docs/events-order.md): the change row's id or the completion's position. */
+  position: string;
+  id: string;
+  networkId: string;
+  agentId: string;
+  /** The type without the project's prefix (`agent.disabled`): the subject's last part. */
+  type: string;
+  /** The CloudEvent, JSON text: the same bytes to NATS, the webhooks and the feed. */
+  event: string;
+  /** Seconds from the event's `time` (its commit, within the statement) to its read, by the database's clock. */
+  ageSeconds: number;
+}
+
+/** A recorded batch: its id, the snapshot it was read with, how many events it holds. */
+export interface Batch {
+  id: string;
+  snapshot: string;
+  events: number;
+}
+
+const eventRow = z.object({
+  position: z.string(),
+  id: z.string(),
+  networkId: z.string(),
+  agentId: z.string(),
+  type: z.string(),
+  event: z.string(),
+  ageSeconds: z.number(),
+});
+const batchRow = z.object({ id: z.string(), snapshot: z.string(), events: z.number() });
+const takenRow = z.object({
+  held: z.boolean(),
+  id: z.string().nullable(),
+  snapshot: z.string().nullable(),
+  events: z.number().nullable(),
+  rows: z.array(eventRow),
+});
+const heldRow = z.object({ held: z.boolean() });
+const countRow = z.object({ n: z.number() });
+const cursorRow = z.object({ batch_id: z.string(), position: z.string().nullable() });
+const backlogRow = z.object({ count: z.number(), oldest_age_seconds: z.number() });
+
+/**
+ * The CloudEvent of a row `e` of agent_events, JSON text (json_build_object keeps the keys in this
+ * order, so every reader gets the same bytes).
+ */
+export const eventJson = (source: string) => sql.fragment`json_build_object(
+    'specversion', '1.0',
+    'id', e.event_id,
+    'source', ${source}::text,
+    'type', ${eventTypePrefix}::text || e.type,
+    'subject', e.agent_id,
+    'time', to_char(e.event_time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+    'datacontenttype', 'application/json',
+    'data', CASE WHEN e.paused_count IS NULL
+      THEN json_build_object('agentId', e.agent_id, 'networkId', e.network_id, 'enabled', e.enabled, 'changeId', e.agent_seq)
+      ELSE json_build_object('agentId', e.agent_id, 'networkId', e.network_id, 'enabled', e.enabled, 'changeId', e.agent_seq,
+                             'pausedCampaignCount', e.paused_count) END)::text`;
+
+/** Rows of agent_events committed after snapshot `prev` (as far as the statement's own snapshot sees). */
+const after = (prev: string) =>
+  sql.fragment`(e.xid >= pg_snapshot_xmax(${prev}::pg_snapshot) OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))`;
+
+/** The columns of a BatchEvent from a row `e` of agent_events. */
+const eventColumns = (source: string) => sql.fragment`e.position::text AS "position", e.event_id::text AS id,
+    e.network_id::text AS "networkId", e.agent_id AS "agentId", e.type, ${eventJson(source)} AS event,
+    extract(epoch FROM clock_timestamp() - e.event_time)::float8 AS "ageSeconds"`;
+
+export interface EventBatchStore {
+  /** Takes the role's lease for `leaseMs` under `token`, or renews it; whether this replica holds it. */
+  acquire(role: RelayRole, holder: string, token: string, leaseMs: number): Promise<boolean>;
+  /** Gives the lease back at once (a clean stop), so another replica takes over without waiting. */
+  release(role: RelayRole, token: string): Promise<void>;
+  /** Whether a replica with a broker ever held the `nats` lease (this deployment publishes to NATS). */
+  brokerSeen(): Promise<boolean>;
+  /** The latest recorded batch. */
+  latest(): Promise<Batch>;
+  /**
+   * Under the `batches` lease (renewed): every event committed since `prev` was taken, recorded as
+   * batch `prev.id + 1` with this statement's snapshot, and its webhook deliveries made, in one
+   * statement. `batch` undefined: nothing new. `events`: the batch's first `limit` events by
+   * position (all of them when it holds no more). held false: the lease is not this replica's.
+   */
+  take(
+    prev: Batch,
+    lease: { token: string; leaseMs: number },
+    source: string,
+    limit: number,
+  ): Promise<{ held: boolean; batch?: Batch; events: readonly BatchEvent[] }>;
+  /** The batches a consumer has not finished: its cursor, and the first batch after `batchId` (undefined: none yet). */
+  cursor(consumer: string): Promise<{ batchId: string; position: string | null }>;
+  batchAfter(batchId: string): Promise<{ previous: Batch; batch: Batch } | undefined>;
+  /** Events of `batch` (read with the snapshot of `previous`) after `position`, by position, at most `limit`. */
+  read(previous: Batch, batch: Batch, afterPosition: string | null, limit: number, source: string): Promise<readonly BatchEvent[]>;
+  /** Moves the consumer's cursor under the `nats` lease (renewed); false: the lease is not this replica's. */
+  advance(consumer: string, lease: { token: string; leaseMs: number }, batchId: string, position: string | null): Promise<boolean>;
+  /** Events committed and in no batch yet, and the age of the oldest (seconds; 0 when none). */
+  unbatched(): Promise<{ count: number; oldestAgeSeconds: number }>;
+  /** Events in batches the consumer has not finished, and the age of the oldest such batch's oldest event. */
+  unconsumed(consumer: string): Promise<{ count: number; oldestAgeSeconds: number }>;
+  /** Deletes up to `limit` batches and completions older than `retentionMs` (never the latest batch, nor one an active consumer needs); how many. */
+  prune(retentionMs: number, limit: number): Promise<number>;
+}
+
+export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): EventBatchStore {
+  const timed = postgresCall(metrics);
+  return {
+    acquire: (role, holder, token, leaseMs) =>
+      timed('acquire_relay_lease', async () => {
+        const row = await pool.one(sql.type(heldRow)`
+          WITH taken AS (
+            UPDATE event_relay_leases SET holder = ${holder}, token = ${token}::uuid, until = now() + ${seconds(leaseMs)}
+            WHERE role = ${role} AND (until <= now() OR token = ${token}::uuid)
+            RETURNING 1
+          )
+          SELECT EXISTS (SELECT 1 FROM taken) AS held`);
+        return row.held;
+      }),
+
+    release: (role, token) =>
+      timed('release_relay_lease', async () => {
+        // holder stays: that a replica with a broker ever held `nats` tells the outbox's drain (src/events/event-relay.ts).
+        await pool.query(sql.unsafe`
+          UPDATE event_relay_leases SET until = '-infinity' WHERE role = ${role} AND token = ${token}::uuid`);
+      }),
+
+    brokerSeen: () =>
+      timed('relay_broker_seen', async () => {
+        const row = await pool.one(sql.type(heldRow)`
+          SELECT holder IS NOT NULL AS held FROM event_relay_leases WHERE role = 'nats'`);
+        return row.held;
+      }),
+
+    latest: () =>
+      timed('latest_event_batch', async () =>
+        pool.one(sql.type(batchRow)`
+          SELECT b.id::text, b.snapshot::text, b.events FROM event_batches b ORDER BY b.id DESC LIMIT 1`),
+      ),
+
+    take: (prev, lease, source, limit) =>
+      timed('take_event_batch', async () => {
+        const row = await pool.one(sql.type(takenRow)`
+          WITH lease AS (
+            UPDATE event_relay_leases SET until = now() + ${seconds(lease.leaseMs)}
+            WHERE role = 'batches' AND token = ${lease.token}::uuid AND until > now()
+            RETURNING 1
+          ), batch AS (
+            SELECT e.position AS pos, e.event_id, e.network_id, e.event_time, ${eventColumns(source)} FROM agent_events e
+            WHERE ${after(prev.snapshot)} AND EXISTS (SELECT 1 FROM lease)
+          ), recorded AS (
+            INSERT INTO event_batches (id, snapshot, events, first_position, last_position, oldest_time)
+            SELECT ${prev.id}::bigint + 1, pg_current_snapshot(), count(*), min(b.pos), max(b.pos), min(b.event_time)
+            FROM batch b HAVING count(*) > 0
+            RETURNING id, snapshot, events
+          ), ${deliveriesOf(sql.fragment`SELECT b.event_id AS id, b.network_id, b.type, b.event AS body FROM batch b WHERE EXISTS (SELECT 1 FROM recorded)`)}
+          SELECT EXISTS (SELECT 1 FROM lease) AS held, r.id::text AS id, r.snapshot::text AS snapshot, r.events,
+                 coalesce((SELECT json_agg(json_build_object('position', b."position", 'id', b.id, 'networkId', b."networkId",
+                                    'agentId', b."agentId", 'type', b.type, 'event', b.event, 'ageSeconds', b."ageSeconds")
+                                    ORDER BY b.pos)
+                           FROM (SELECT * FROM batch ORDER BY pos LIMIT ${limit}) b), '[]'::json) AS rows
+          FROM (SELECT 1) one LEFT JOIN recorded r ON true`);
+        const batch =
+          row.id !== null && row.snapshot !== null ? { id: row.id, snapshot: row.snapshot, events: row.events ?? 0 } : undefined;
+        return { held: row.held, batch, events: batch ? row.rows : [] };
+      }),
+
+    cursor: (consumer) =>
+      timed('event_consumer_cursor', async () => {
+        const row = await pool.one(sql.type(cursorRow)`
+          SELECT batch_id::text, position::text FROM event_consumers WHERE name = ${consumer}`);
+        return { batchId: row.batch_id, position: row.position };
+      }),
+
+    batchAfter: (batchId) =>
+      timed('next_event_batch', async () => {
+        // The cursor's batch and the next. Pruned batches leave a gap only behind a consumer that
+        // stopped for a whole retention: it resumes at the oldest pair kept.
+        const rows = await pool.any(sql.type(batchRow)`
+          SELECT b.id::text, b.snapshot::text, b.events FROM event_batches b WHERE b.id >= ${batchId}::bigint ORDER BY b.id LIMIT 2`);
+        const [previous, batch] = rows;
+        return previous && batch ? { previous, batch } : undefined;
+      }),
+
+    read: (previous, batch, afterPosition, limit, source) =>
+      timed('read_event_batch', async () =>
+        pool.any(sql.type(eventRow)`
+          SELECT ${eventColumns(source)} FROM agent_events e
+          WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
+            AND e.position > ${afterPosition ?? '0'}::bigint
+          ORDER BY e.position LIMIT ${limit}`),
+      ),
+
+    advance: (consumer, lease, batchId, position) =>
+      timed('advance_event_consumer', async () => {
+        const row = await pool.one(sql.type(heldRow)`
+          WITH lease AS (
+            UPDATE event_relay_leases SET until = now() + ${seconds(lease.leaseMs)}
+            WHERE role = 'nats' AND token = ${lease.token}::uuid AND until > now()
+            RETURNING 1
+          ), moved AS (
+            UPDATE event_consumers SET batch_id = ${batchId}::bigint, position = ${position}::bigint, updated_at = now()
+            WHERE name = ${consumer} AND EXISTS (SELECT 1 FROM lease)
+            RETURNING 1
+          )
+          SELECT EXISTS (SELECT 1 FROM moved) AS held`);
+        return row.held;
+      }),
+
+    unbatched: () =>
+      timed('unbatched_events', async () => {
+        const row = await pool.one(sql.type(backlogRow)`
+          SELECT count(*)::int AS count, coalesce(extract(epoch FROM now() - min(e.event_time)), 0)::float8 AS oldest_age_seconds
+          FROM agent_events e, (SELECT snapshot FROM event_batches ORDER BY id DESC LIMIT 1) l
+          WHERE e.xid >= pg_snapshot_xmax(l.snapshot) OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(l.snapshot)))`);
+        return { count: row.count, oldestAgeSeconds: row.oldest_age_seconds };
+      }),
+
+    unconsumed: (consumer) =>
+      timed('unconsumed_events', async () => {
+        const row = await pool.one(sql.type(backlogRow)`
+          SELECT coalesce(sum(b.events), 0)::int AS count,
+                 coalesce(extract(epoch FROM now() - min(b.oldest_time)), 0)::float8 AS oldest_age_seconds
+          FROM event_batches b, event_consumers c
+          WHERE c.name = ${consumer} AND b.id > c.batch_id`);
+        return { count: row.count, oldestAgeSeconds: row.oldest_age_seconds };
+      }),
+
+    prune: (retentionMs, limit) =>
+      timed('prune_event_batches', async () => {
+        const row = await pool.one(sql.type(countRow)`
+          WITH keep AS (
+            -- The latest batch, and every batch from the one before an active consumer's next on
+            -- (a consumer that has not moved for a whole retention is not waited for).
+            SELECT least((SELECT max(id) FROM event_batches),
+                         coalesce((SELECT min(batch_id) FROM event_consumers WHERE updated_at > now() - ${seconds(retentionMs)}),
+                                  (SELECT max(id) FROM event_batches))) AS below
+          ), batches AS (
+            DELETE FROM event_batches
+            WHERE id = ANY (ARRAY(SELECT id FROM event_batches
+                                  WHERE id < (SELECT below FROM keep) AND created_at < now() - ${seconds(retentionMs)}
+                                  ORDER BY id LIMIT ${limit}))
+            RETURNING 1
+          ), completions AS (
+            DELETE FROM disable_completions
+            WHERE position = ANY (ARRAY(SELECT position FROM disable_completions
+                                        WHERE completed_at < now() - ${seconds(retentionMs)}
+                                        ORDER BY completed_at LIMIT ${limit}))
+            RETURNING 1
+          )
+          SELECT ((SELECT count(*) FROM batches) + (SELECT count(*) FROM completions))::int AS n`);
+        return row.n;
+      }),
+  };
+}
