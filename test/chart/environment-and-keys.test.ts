@@ -49,6 +49,8 @@ const contractDefaults: Record<string, string> = {
   EVENTS_CREATE_STREAM: 'false',
   EVENTS_SOURCE: 'urn:partner-agent-status',
   EVENTS_RETENTION_MS: '86400000',
+  EVENTS_FEED_RETENTION_DAYS: '30',
+  EVENTS_FEED_MAX_STREAMS: '5',
   NODE_OPTIONS: '--max-old-space-size=256 --max-semi-space-size=16 --expose-gc',
   OTEL_METRICS_EXPORTER: 'none',
   OTEL_LOGS_EXPORTER: 'none',

@@ -159,6 +159,18 @@ describe('Grafana dashboards', () => {
         file: 'business.json',
         metrics: ['partner_api_version_answers_total'],
       },
+      'Partner events feed': {
+        file: 'business.json',
+        metrics: [
+          'partner_events_feed_streams_open',
+          'partner_events_feed_events_streamed_total',
+          'partner_events_feed_reads_total',
+          'partner_events_feed_streams_refused_total',
+          'partner_events_feed_streams_ended_total',
+          'partner_events_feed_stream_lag_seconds_bucket',
+          'partner_events_feed_listening',
+        ],
+      },
       Limits: {
         file: 'overview.json',
         metrics: [

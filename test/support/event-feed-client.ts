@@ -25,9 +25,14 @@ export async function readAllPages(baseUrl: string, key: string, options: { afte
     const params = new URLSearchParams();
     if (after) params.set('after', after);
     if (options.limit) params.set('limit', String(options.limit));
-    const response = await fetch(`${baseUrl}/partner/events?${params}${options.query ? `&${options.query}` : ''}`, {
-      headers: { 'x-api-key': key },
-    });
+    const url = `${baseUrl}/partner/events?${params}${options.query ? `&${options.query}` : ''}`;
+    let response = await fetch(url, { headers: { 'x-api-key': key } });
+    // Shed (a busy replica, Retry-After: 1): a partner's loop tries again.
+    for (let tries = 0; response.status === 503 && tries < 5; tries += 1) {
+      await response.arrayBuffer();
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      response = await fetch(url, { headers: { 'x-api-key': key } });
+    }
     if (response.status !== 200) throw new Error(`page answered ${response.status}: ${await response.text()}`);
     const text = await response.text();
     bodies.push(text);
