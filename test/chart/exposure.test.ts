@@ -81,7 +81,9 @@ describe.each(helms)('%s', (_helm, binary) => {
 
     it("lets the events feed's streams last an hour (a line every 10 s keeps them from idling out); the clients resume with Last-Event-ID", () => {
       expect(httpRoute(route).spec?.rules?.[0]?.timeouts).toEqual({ request: '3600s' });
-      expect(httpRoute({ set: [...route.set, 'httpRoute.eventStreamTimeoutSeconds=600'] }).spec?.rules?.[0]?.timeouts).toEqual({ request: '600s' });
+      expect(httpRoute({ set: [...route.set, 'httpRoute.eventStreamTimeoutSeconds=600'] }).spec?.rules?.[0]?.timeouts).toEqual({
+        request: '600s',
+      });
       expect(httpRoute(route).spec?.rules?.[0]?.filters).toEqual(httpRoute(route).spec?.rules?.[1]?.filters);
     });
 
