@@ -1,6 +1,7 @@
 // What every phase of `npm run bench` shares: the run's database, Redis prefix, simulator, OTLP sink
 // and partner keys, the partners and agents of the loads, the processes still running, and the
 // figures and failures collected so far. Made once by createContext, released by cleanUp.
+
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,6 +16,7 @@ import type { LoadFigure } from './load.js';
 import type { Options } from './options.js';
 import { startOtlpSink } from './otlp-sink.js';
 import type { EventFigures } from './phases/events.js';
+import type { FeedFigures } from './phases/feed.js';
 import type { FloodFigures } from './phases/flood.js';
 import type { PreferFigures } from './phases/prefer.js';
 import type { StatementCost } from './phases/statements.js';
@@ -73,6 +75,8 @@ export interface Results {
   events?: EventFigures;
   /** Partner webhooks (phases/webhooks.ts). */
   webhooks?: WebhookFigures;
+  /** The enable beside 50 event streams of the partner events feed (phases/feed.ts). */
+  feed?: FeedFigures;
 }
 
 /** A service process started the way `npm start` starts it. */

@@ -19,6 +19,7 @@ export const phases = [
   'statements',
   'events',
   'webhooks',
+  'feed',
 ] as const;
 export type Phase = (typeof phases)[number];
 
