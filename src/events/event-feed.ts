@@ -4,6 +4,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { EventFeedStore, FeedEvent, FeedFilter, FeedPosition } from '../stores/event-feed.js';
 import type { StreamSlots } from '../stores/feed-stream-slots.js';
 import type { BatchWake } from './batch-wake.js';
+import { eventTypePrefix } from '../stores/event-outbox.js';
 import { encodeCursor, isAfter } from './feed-cursor.js';
 
 /**
@@ -70,8 +71,8 @@ const passes = (filter: FeedFilter, event: FeedEvent) =>
   (filter.types === undefined || filter.types.includes(event.type));
 
 /** One SSE message: `id:` the event's cursor, `event:` its type (as the CloudEvent says it), `data:` the CloudEvent. */
-function sseMessage(event: FeedEvent, prefixedType: string): string {
-  return `id: ${encodeCursor(event)}\nevent: ${prefixedType}\ndata: ${event.event}\n\n`;
+function sseMessage(event: FeedEvent): string {
+  return `id: ${encodeCursor(event)}\nevent: ${eventTypePrefix}${event.type}\ndata: ${event.event}\n\n`;
 }
 
 export class EventFeed {
@@ -224,8 +225,10 @@ export class EventFeed {
     if (subscriber.sink.buffered() > maxQueuedBytes) subscriber.end('slow_client');
   }
 
-  private write(subscriber: Subscriber, event: FeedEvent): void {
-    subscriber.sink.write(sseMessage(event, JSON.parse(event.event).type as string));
+  private write(subscriber: Subscriber, event: FeedEvent & { frame?: string }): void {
+    // Made once per event, whatever the number of streams it goes to.
+    event.frame ??= sseMessage(event);
+    subscriber.sink.write(event.frame);
     this.deps.metrics.feed.eventsStreamed.inc();
   }
 

@@ -97,12 +97,16 @@ export function createEventFeedStore(pool: DatabasePool, metrics: Metrics): Even
       timed('feed_start', async () => {
         const batch = after?.batch ?? '0';
         // The batch whose snapshot the next read needs: the cursor's own when it ends its batch,
-        // else the one before it.
+        // else the one before it. Without a cursor: the batch before the first one within the
+        // retention (ids and creation times grow together: both found by the primary key), the
+        // latest when none is that recent.
         const need = after && after.position !== null ? (BigInt(after.batch) - 1n).toString() : batch;
         const row = await pool.one(sql.type(startRow)`
           SELECT (SELECT max(id) FROM event_batches)::text AS latest,
-                 coalesce((SELECT max(id) FROM event_batches WHERE created_at < now() - ${seconds(retentionMs)}),
-                          (SELECT min(id) FROM event_batches))::text AS start,
+                 (SELECT CASE WHEN f.first IS NULL THEN (SELECT max(id) FROM event_batches)
+                              ELSE coalesce((SELECT max(b.id) FROM event_batches b WHERE b.id < f.first), f.first) END
+                    FROM (SELECT (SELECT id FROM event_batches WHERE created_at >= now() - ${seconds(retentionMs)}
+                                  ORDER BY id LIMIT 1) AS first) f)::text AS start,
                  EXISTS (SELECT 1 FROM event_batches WHERE id = ${need}::bigint) AS "needKept",
                  coalesce((SELECT created_at < now() - ${seconds(retentionMs)} FROM event_batches WHERE id = ${batch}::bigint), false) AS "batchOld"`);
         if (!after) return { kind: 'ok', from: { batch: row.start, position: null }, latest: row.latest };
