@@ -30,6 +30,7 @@ const pruneIntervalMs = 60_000;
 const pruneBatch = 5_000;
 const natsConsumer = 'nats';
 const roles: readonly RelayRole[] = ['batches', 'nats'];
+const idle = { count: 0, oldestAgeSeconds: 0 };
 
 /** What one pass did: events handled, and whether more is waiting at once. */
 interface Pass {
@@ -175,6 +176,7 @@ export class EventRelay {
   private setHeld(role: RelayRole, held: boolean): void {
     if (held !== this.holds[role]) {
       this.deps.log.info({ role, held }, held ? 'this replica now relays events' : 'this replica no longer relays events');
+      if (!held && role === 'batches') for (const stage of ['batches', 'outbox', 'nats']) this.report(stage, idle);
       if (!held) {
         this.base = undefined;
         this.taken = undefined;
@@ -313,17 +315,14 @@ export class EventRelay {
 
   private async housekeeping(): Promise<void> {
     const now = performance.now();
-    const { batches, outbox, metrics, settings } = this.deps;
-    if (now >= this.due.stats) {
+    const { batches, outbox, settings } = this.deps;
+    // The holder of `batches` reports every stage (a dead NATS consumer then shows as a growing
+    // age, whichever replica would take it); a replica that loses the role zeroes its figures.
+    if (this.holds.batches && now >= this.due.stats) {
       this.due.stats = now + statsIntervalMs;
-      const backlog = (stage: string, figures: { count: number; oldestAgeSeconds: number }) => {
-        metrics.eventsBacklog.set({ stage }, figures.count);
-        metrics.eventsOldestAge.set({ stage }, figures.oldestAgeSeconds);
-      };
-      if (this.holds.batches) backlog('batches', await batches.unbatched());
-      if (this.holds.nats) backlog('nats', await batches.unconsumed(natsConsumer));
-      if (this.holds.batches || this.holds.nats)
-        backlog('outbox', this.outboxDrained ? { count: 0, oldestAgeSeconds: 0 } : await outbox.backlog());
+      this.report('batches', await batches.unbatched());
+      this.report('outbox', this.outboxDrained ? idle : await outbox.backlog());
+      this.report('nats', (await batches.brokerSeen()) ? await batches.unconsumed(natsConsumer) : idle);
     }
     if (this.holds.batches && now >= this.due.prune) {
       this.due.prune = now + pruneIntervalMs;
@@ -331,6 +330,11 @@ export class EventRelay {
       while (!this.stopped && (await batches.prune(settings.retentionMs, pruneBatch)) >= pruneBatch);
       while (!this.stopped && (await outbox.prune(settings.retentionMs, pruneBatch)) >= pruneBatch);
     }
+  }
+
+  private report(stage: string, figures: { count: number; oldestAgeSeconds: number }): void {
+    this.deps.metrics.eventsBacklog.set({ stage }, figures.count);
+    this.deps.metrics.eventsOldestAge.set({ stage }, figures.oldestAgeSeconds);
   }
 
   /** One log line per 10 s at most while something keeps failing. */

@@ -274,13 +274,13 @@ function eventMetrics(registry: Registry) {
   return {
     eventsBacklog: new Gauge({
       name: 'events_backlog',
-      help: "Events waiting, by stage: batches (committed, in no batch yet), nats (in batches not yet published to NATS), outbox (rows of event_outbox from before the batches, not relayed), as last read by the stage's holder.",
+      help: 'Events waiting, by stage: batches (committed, in no batch yet), nats (in batches not yet published to NATS), outbox (rows of event_outbox from before the batches, not relayed), as last read by the replica holding the batches (0 elsewhere).',
       labelNames: ['stage'] as const,
       registers: [registry],
     }),
     eventsOldestAge: new Gauge({
       name: 'events_oldest_waiting_age_seconds',
-      help: "Age of the oldest event waiting (0 when none), by stage as events_backlog, as last read by the stage's holder.",
+      help: 'Age of the oldest event waiting (0 when none), by stage as events_backlog, as last read by the replica holding the batches (0 elsewhere).',
       labelNames: ['stage'] as const,
       registers: [registry],
     }),

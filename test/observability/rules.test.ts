@@ -24,6 +24,7 @@ describe('the alert rule file', () => {
         'PartnerAgentStatusCircuitBreakerOpen',
         'PartnerAgentStatusDisablePending',
         'PartnerAgentStatusEventsNotRelayed',
+        'PartnerAgentStatusEventsRelayHolderMissing',
         'PartnerAgentStatusHigh5xxRatio',
         'PartnerAgentStatusKeyExpiring',
         'PartnerAgentStatusKeyReloadFailing',
@@ -118,7 +119,8 @@ describe('the alert rule file', () => {
     for (const name of [
       'pending_disables_oldest_age_seconds',
       'unsettled_campaigns_oldest_age_seconds',
-      'events_outbox_oldest_unrelayed_age_seconds',
+      'events_oldest_waiting_age_seconds',
+      'events_relay_holder',
       'spend_management_auth_failures_total',
       'partner_requests_limited_total',
       'requests_shed_total',

@@ -82,6 +82,8 @@ describe('the SQL of docs/runbook.md', () => {
       [
         'campaigns a pending disable still has to pause',
         'disabled agents with unpaused campaigns that nothing is finishing',
+        'events relay: the NATS cursor and the batches after it',
+        'events relay: who holds each role',
         'pending disables: what is stuck, where, and why',
         'the status changes of one agent, newest first',
       ].sort(),
@@ -126,6 +128,13 @@ describe('the SQL of docs/runbook.md', () => {
       [false, 'acme', 'req-2'],
       [true, 'acme', 'req-1'],
     ]);
+  });
+
+  it("shows the events relay's roles and the NATS consumer's cursor, with the batches after it", async () => {
+    const roles = await readOnly(query('events relay: who holds each role'));
+    expect(roles.map((r) => r.role)).toEqual(['batches', 'nats']);
+    const [cursor] = await readOnly(query('events relay: the NATS cursor and the batches after it'));
+    expect(cursor).toMatchObject({ finished_batch: expect.any(String), batches_after: expect.any(String) });
   });
 
   it('never copies a placeholder that could match a real row', () => {
