@@ -2,9 +2,9 @@ import type { Logger } from 'pino';
 import type { FeedSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { EventFeedStore, FeedEvent, FeedFilter, FeedPosition } from '../stores/event-feed.js';
+import { eventTypePrefix } from '../stores/event-outbox.js';
 import type { StreamSlots } from '../stores/feed-stream-slots.js';
 import type { BatchWake } from './batch-wake.js';
-import { eventTypePrefix } from '../stores/event-outbox.js';
 import { encodeCursor, isAfter } from './feed-cursor.js';
 
 /**
