@@ -51,6 +51,8 @@ interface Subscriber {
   /** Caught up: live events are written at once; before that they wait in `waiting`. */
   live: boolean;
   waiting: FeedEvent[];
+  /** Messages made for the stream and not written yet: written together, one write a batch. */
+  outgoing: string[];
   sink: StreamSink;
   end(reason: 'client' | 'draining' | 'slow_client' | 'error'): void;
 }
@@ -70,9 +72,13 @@ const passes = (filter: FeedFilter, event: FeedEvent) =>
   (filter.agentId === undefined || event.agentId === filter.agentId) &&
   (filter.types === undefined || filter.types.includes(event.type));
 
-/** One SSE message: `id:` the event's cursor, `event:` its type (as the CloudEvent says it), `data:` the CloudEvent. */
-function sseMessage(event: FeedEvent): string {
-  return `id: ${encodeCursor(event)}\nevent: ${eventTypePrefix}${event.type}\ndata: ${event.event}\n\n`;
+/**
+ * One SSE message: `id:` the event's cursor, `event:` its type (as the CloudEvent says it), `data:`
+ * the CloudEvent. Made once per event, whatever the number of streams it goes to.
+ */
+function frameOf(event: FeedEvent & { frame?: string }): string {
+  event.frame ??= `id: ${encodeCursor(event)}\nevent: ${eventTypePrefix}${event.type}\ndata: ${event.event}\n\n`;
+  return event.frame;
 }
 
 export class EventFeed {
@@ -155,6 +161,7 @@ export class EventFeed {
       cursor: from,
       live: false,
       waiting: [],
+      outgoing: [],
       sink,
       end: (reason) => {
         if (!this.subscribers.delete(subscriber)) return;
@@ -202,7 +209,8 @@ export class EventFeed {
       const result = await this.page(subscriber.cursor, subscriber.filter, backlogPage);
       if (!this.subscribers.has(subscriber)) return;
       if (result.kind !== 'ok') throw new Error(`backlog ${result.kind}`);
-      for (const event of result.page.events) this.write(subscriber, event);
+      for (const event of result.page.events) subscriber.outgoing.push(frameOf(event));
+      this.flush(subscriber);
       subscriber.cursor = result.page.next;
       if (subscriber.sink.buffered() > 0) await subscriber.sink.drained();
       if (!result.page.hasMore) break;
@@ -211,25 +219,28 @@ export class EventFeed {
     subscriber.waiting = [];
     subscriber.live = true;
     for (const event of waiting) this.deliver(subscriber, event);
+    this.flush(subscriber);
   }
 
+  /** Queues a live event for the stream (written by `flush`), unless it has it or it does not pass its filter. */
   private deliver(subscriber: Subscriber, event: FeedEvent): void {
     if (!subscriber.live) {
       subscriber.waiting.push(event);
       return;
     }
     if (!isAfter(event, subscriber.cursor) || !passes(subscriber.filter, event)) return;
-    this.write(subscriber, event);
+    subscriber.outgoing.push(frameOf(event));
     subscriber.cursor = event;
     this.deps.metrics.feed.streamLag.observe(event.ageSeconds);
-    if (subscriber.sink.buffered() > maxQueuedBytes) subscriber.end('slow_client');
   }
 
-  private write(subscriber: Subscriber, event: FeedEvent & { frame?: string }): void {
-    // Made once per event, whatever the number of streams it goes to.
-    event.frame ??= sseMessage(event);
-    subscriber.sink.write(event.frame);
-    this.deps.metrics.feed.eventsStreamed.inc();
+  /** Writes what the stream has waiting in one write; ends a stream whose client fell too far behind. */
+  private flush(subscriber: Subscriber): void {
+    if (subscriber.outgoing.length === 0 || !this.subscribers.has(subscriber)) return;
+    subscriber.sink.write(subscriber.outgoing.join(''));
+    this.deps.metrics.feed.eventsStreamed.inc(subscriber.outgoing.length);
+    subscriber.outgoing = [];
+    if (subscriber.sink.buffered() > maxQueuedBytes) subscriber.end('slow_client');
   }
 
   /** A batch was recorded (its id when known): read what is new for the open streams, once. */
@@ -272,6 +283,7 @@ export class EventFeed {
           for (const stream of streams)
             if (stream.networkId === event.networkId && this.subscribers.has(stream)) this.deliver(stream, event);
         }
+        for (const stream of streams) this.flush(stream);
         this.seen = scan.scannedTo ?? target;
       }
       this.failures = 0;
