@@ -372,8 +372,13 @@ function nudgingOnBatch(batches: EventBatchStore, nudge: () => void): EventBatch
     ...batches,
     take: async (...args) => {
       const taken = await batches.take(...args);
-      if (taken.batch) nudge();
+      if (taken.fannedOut) nudge();
       return taken;
+    },
+    fanOut: async (...args) => {
+      const fanned = await batches.fanOut(...args);
+      if (fanned.events > 0) nudge();
+      return fanned;
     },
   };
 }

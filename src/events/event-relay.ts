@@ -32,6 +32,12 @@ const natsConsumer = 'nats';
 const roles: readonly RelayRole[] = ['batches', 'nats'];
 const idle = { count: 0, oldestAgeSeconds: 0 };
 
+/** A consumer's place: the last batch it finished, and the last position it handled in the next. */
+interface Cursor {
+  batchId: string;
+  position: string | null;
+}
+
 /** What one pass did: events handled, and whether more is waiting at once. */
 interface Pass {
   events: number;
@@ -59,7 +65,9 @@ export class EventRelay {
   /** The batch this replica just took and its events, when it holds them all: the NATS step publishes them without reading them again. */
   private taken: { previousId: string; batch: Batch; events: readonly BatchEvent[] } | undefined;
   /** The NATS consumer's cursor as last saved (undefined: read it again). */
-  private cursor: { batchId: string; position: string | null } | undefined;
+  private cursor: Cursor | undefined;
+  /** The webhooks' cursor as last saved (undefined: read it again). */
+  private hooks: Cursor | undefined;
   private outboxDrained = false;
   private readonly due = {
     leases: Number.NEGATIVE_INFINITY,
@@ -126,6 +134,8 @@ export class EventRelay {
       const taken = await this.takeBatch();
       events += taken;
       more ||= taken >= this.deps.settings.batchSize;
+      const fanned = await this.fanOutStep();
+      more ||= fanned.more;
     }
     if (this.holds.nats && this.outboxDrained && performance.now() >= this.due.nats) {
       const step = await this.publishStep();
@@ -150,6 +160,7 @@ export class EventRelay {
         this.base = undefined;
         this.taken = undefined;
         this.cursor = undefined;
+        this.hooks = undefined;
         this.warn(
           { reason: (error as Error).message, ...sqlstateFields(error) },
           'the event relay could not reach the database; trying again',
@@ -181,6 +192,7 @@ export class EventRelay {
         this.base = undefined;
         this.taken = undefined;
         this.cursor = undefined;
+        this.hooks = undefined;
       }
     }
     this.holds[role] = held;
@@ -221,6 +233,7 @@ export class EventRelay {
     }
     if (!result.batch) return 0;
     this.base = result.batch;
+    this.hooks = result.fannedOut ? { batchId: result.batch.id, position: null } : undefined;
     const complete = result.events.length === result.batch.events;
     this.taken = complete ? { previousId: base.id, batch: result.batch, events: result.events } : undefined;
     metrics.eventsBatched.inc(result.batch.events);
@@ -229,6 +242,21 @@ export class EventRelay {
         metrics.eventsRelayLag.observe({ stage: 'batches' }, event.ageSeconds + (performance.now() - readAt) / 1_000);
     }
     return result.batch.events;
+  }
+
+  /** The webhook deliveries of the next page of a batch the batch statement could not fan out whole. */
+  private async fanOutStep(): Promise<Pass> {
+    const { batches, settings } = this.deps;
+    this.hooks ??= await batches.cursor('webhooks');
+    const hooks = this.hooks;
+    if (hooks.position === null && hooks.batchId === this.base?.id) return { events: 0, more: false };
+    const pair = await batches.batchAfter(hooks.batchId);
+    if (!pair) return { events: 0, more: false };
+    const position = pair.previous.id === hooks.batchId ? hooks.position : null;
+    const lease = { token: this.token, leaseMs: settings.leaseMs };
+    const result = await batches.fanOut(pair.previous, pair.batch, position, settings.batchSize, settings.source, lease);
+    this.hooks = result.held ? result.cursor : undefined;
+    return { events: result.events, more: result.held };
   }
 
   /** Publishes the next page of the recorded batches to NATS, then moves the cursor. */
@@ -261,7 +289,7 @@ export class EventRelay {
   }
 
   /** The events after the cursor: from the batch just taken when it is the next, else read. */
-  private async nextPage(cursor: { batchId: string; position: string | null }) {
+  private async nextPage(cursor: Cursor) {
     const { batches, settings } = this.deps;
     const taken = this.taken;
     if (taken && taken.previousId === cursor.batchId && cursor.position === null) {

@@ -54,7 +54,9 @@ const takenRow = z.object({
   snapshot: z.string().nullable(),
   events: z.number().nullable(),
   rows: z.array(eventRow),
+  fanned_out: z.boolean(),
 });
+const fannedRow = z.object({ held: z.boolean(), n: z.number(), batch_id: z.string().nullable(), position: z.string().nullable() });
 const heldRow = z.object({ held: z.boolean() });
 const countRow = z.object({ n: z.number() });
 const cursorRow = z.object({ batch_id: z.string(), position: z.string().nullable() });
@@ -81,6 +83,13 @@ export const eventJson = (source: string) => sql.fragment`json_build_object(
 const after = (prev: string) =>
   sql.fragment`(e.xid >= pg_snapshot_xmax(${prev}::pg_snapshot) OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))`;
 
+/** The CTE `lease`: the role's lease renewed, only while it is still this replica's (a row: held). */
+const renewed = (role: RelayRole, lease: { token: string; leaseMs: number }) => sql.fragment`lease AS (
+    UPDATE event_relay_leases SET until = now() + ${seconds(lease.leaseMs)}
+    WHERE role = ${role} AND token = ${lease.token}::uuid AND until > now()
+    RETURNING 1
+  )`;
+
 /** The columns of a BatchEvent from a row `e` of agent_events. */
 const eventColumns = (source: string) => sql.fragment`e.position::text AS "position", e.event_id::text AS id,
     e.network_id::text AS "networkId", e.agent_id AS "agentId", e.type, ${eventJson(source)} AS event,
@@ -97,16 +106,31 @@ export interface EventBatchStore {
   latest(): Promise<Batch>;
   /**
    * Under the `batches` lease (renewed): every event committed since `prev` was taken, recorded as
-   * batch `prev.id + 1` with this statement's snapshot, and its webhook deliveries made, in one
-   * statement. `batch` undefined: nothing new. `events`: the batch's first `limit` events by
-   * position (all of them when it holds no more). held false: the lease is not this replica's.
+   * batch `prev.id + 1` with this statement's snapshot, in one statement; when the webhooks had
+   * every earlier batch and this one holds at most `limit` events, its webhook deliveries are made
+   * and the webhooks' cursor moved in the same statement (fannedOut), else fanOut pages through it.
+   * `batch` undefined: nothing new. `events`: the batch's first `limit` events by position. held
+   * false: the lease is not this replica's.
    */
   take(
     prev: Batch,
     lease: { token: string; leaseMs: number },
     source: string,
     limit: number,
-  ): Promise<{ held: boolean; batch?: Batch; events: readonly BatchEvent[] }>;
+  ): Promise<{ held: boolean; batch?: Batch; events: readonly BatchEvent[]; fannedOut: boolean }>;
+  /**
+   * Under the `batches` lease: the webhook deliveries of `batch`'s next `limit` events after
+   * `afterPosition` and the webhooks' cursor moved past them, in one statement (only from the
+   * cursor given: held false otherwise). `cursor`: where the webhooks' cursor is now.
+   */
+  fanOut(
+    previous: Batch,
+    batch: Batch,
+    afterPosition: string | null,
+    limit: number,
+    source: string,
+    lease: { token: string; leaseMs: number },
+  ): Promise<{ held: boolean; events: number; cursor?: { batchId: string; position: string | null } }>;
   /** The batches a consumer has not finished: its cursor, and the first batch after `batchId` (undefined: none yet). */
   cursor(consumer: string): Promise<{ batchId: string; position: string | null }>;
   batchAfter(batchId: string): Promise<{ previous: Batch; batch: Batch } | undefined>;
@@ -159,29 +183,69 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
 
     take: (prev, lease, source, limit) =>
       timed('take_event_batch', async () => {
+        // The batch is counted whole, but only its first `limit` events are composed: a batch after
+        // a long pause (the relay or the database away) is fanned out page by page (fanOut).
         const row = await pool.one(sql.type(takenRow)`
-          WITH lease AS (
-            UPDATE event_relay_leases SET until = now() + ${seconds(lease.leaseMs)}
-            WHERE role = 'batches' AND token = ${lease.token}::uuid AND until > now()
-            RETURNING 1
-          ), batch AS (
-            SELECT e.position AS pos, e.event_id, e.network_id, e.event_time, ${eventColumns(source)} FROM agent_events e
+          WITH ${renewed('batches', lease)}, win AS MATERIALIZED (
+            -- Materialized: the batch's rows by the xid index, never the history walked in position order.
+            SELECT e.* FROM agent_events e
             WHERE ${after(prev.snapshot)} AND EXISTS (SELECT 1 FROM lease)
           ), recorded AS (
             INSERT INTO event_batches (id, snapshot, events, first_position, last_position, oldest_time)
-            SELECT ${prev.id}::bigint + 1, pg_current_snapshot(), count(*), min(b.pos), max(b.pos), min(b.event_time)
-            FROM batch b HAVING count(*) > 0
+            SELECT ${prev.id}::bigint + 1, pg_current_snapshot(), count(*), min(w.position), max(w.position), min(w.event_time)
+            FROM win w HAVING count(*) > 0
             RETURNING id, snapshot, events
-          ), ${deliveriesOf(sql.fragment`SELECT b.event_id AS id, b.network_id, b.type, b.event AS body FROM batch b WHERE EXISTS (SELECT 1 FROM recorded)`)}
+          ), batch AS (
+            SELECT e.position AS pos, e.event_id, e.network_id, ${eventColumns(source)} FROM win e
+            WHERE EXISTS (SELECT 1 FROM recorded)
+            ORDER BY e.position LIMIT ${limit}
+          ), whole AS (
+            -- The webhooks had every earlier batch, and this one is all here: fanned out now.
+            SELECT coalesce((SELECT events FROM recorded) <= ${limit}, false)
+                   AND EXISTS (SELECT 1 FROM event_consumers
+                               WHERE name = 'webhooks' AND batch_id = ${prev.id}::bigint AND position IS NULL) AS ok
+          ), webhooks_moved AS (
+            UPDATE event_consumers SET batch_id = ${prev.id}::bigint + 1, position = NULL, updated_at = now()
+            WHERE name = 'webhooks' AND (SELECT ok FROM whole)
+          ), ${deliveriesOf(sql.fragment`SELECT b.event_id AS id, b.network_id, b.type, b.event AS body FROM batch b WHERE (SELECT ok FROM whole)`)}
           SELECT EXISTS (SELECT 1 FROM lease) AS held, r.id::text AS id, r.snapshot::text AS snapshot, r.events,
+                 (SELECT ok FROM whole) AS fanned_out,
                  coalesce((SELECT json_agg(json_build_object('position', b."position", 'id', b.id, 'networkId', b."networkId",
                                     'agentId', b."agentId", 'type', b.type, 'event', b.event, 'ageSeconds', b."ageSeconds")
                                     ORDER BY b.pos)
-                           FROM (SELECT * FROM batch ORDER BY pos LIMIT ${limit}) b), '[]'::json) AS rows
+                           FROM batch b), '[]'::json) AS rows
           FROM (SELECT 1) one LEFT JOIN recorded r ON true`);
         const batch =
           row.id !== null && row.snapshot !== null ? { id: row.id, snapshot: row.snapshot, events: row.events ?? 0 } : undefined;
-        return { held: row.held, batch, events: batch ? row.rows : [] };
+        return { held: row.held, batch, events: batch ? row.rows : [], fannedOut: row.fanned_out };
+      }),
+
+    fanOut: (previous, batch, afterPosition, limit, source, lease) =>
+      timed('fan_out_event_batch', async () => {
+        const row = await pool.one(sql.type(fannedRow)`
+          WITH ${renewed('batches', lease)}, win AS MATERIALIZED (
+            SELECT e.* FROM agent_events e
+            WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
+              AND e.position > ${afterPosition ?? '0'}::bigint AND EXISTS (SELECT 1 FROM lease)
+          ), page AS (
+            SELECT e.position AS pos, e.event_id, e.network_id, e.type, ${eventJson(source)} AS body FROM win e
+            ORDER BY e.position LIMIT ${limit}
+          ), moved AS (
+            UPDATE event_consumers
+            SET batch_id = CASE WHEN (SELECT count(*) FROM page) < ${limit} THEN ${batch.id}::bigint ELSE batch_id END,
+                position = CASE WHEN (SELECT count(*) FROM page) < ${limit} THEN NULL ELSE (SELECT max(pos) FROM page) END,
+                updated_at = now()
+            WHERE name = 'webhooks' AND batch_id = ${previous.id}::bigint AND position IS NOT DISTINCT FROM ${afterPosition}::bigint
+              AND EXISTS (SELECT 1 FROM lease)
+            RETURNING batch_id::text, position::text
+          ), ${deliveriesOf(sql.fragment`SELECT p.event_id AS id, p.network_id, p.type, p.body FROM page p WHERE EXISTS (SELECT 1 FROM moved)`)}
+          SELECT EXISTS (SELECT 1 FROM moved) AS held, (SELECT count(*) FROM page)::int AS n,
+                 (SELECT batch_id FROM moved) AS batch_id, (SELECT position FROM moved) AS position`);
+        return {
+          held: row.held,
+          events: row.n,
+          cursor: row.batch_id === null ? undefined : { batchId: row.batch_id, position: row.position },
+        };
       }),
 
     cursor: (consumer) =>
@@ -204,20 +268,19 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
     read: (previous, batch, afterPosition, limit, source) =>
       timed('read_event_batch', async () =>
         pool.any(sql.type(eventRow)`
-          SELECT ${eventColumns(source)} FROM agent_events e
-          WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
-            AND e.position > ${afterPosition ?? '0'}::bigint
+          WITH win AS MATERIALIZED (
+            SELECT e.* FROM agent_events e
+            WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
+              AND e.position > ${afterPosition ?? '0'}::bigint
+          )
+          SELECT ${eventColumns(source)} FROM win e
           ORDER BY e.position LIMIT ${limit}`),
       ),
 
     advance: (consumer, lease, batchId, position) =>
       timed('advance_event_consumer', async () => {
         const row = await pool.one(sql.type(heldRow)`
-          WITH lease AS (
-            UPDATE event_relay_leases SET until = now() + ${seconds(lease.leaseMs)}
-            WHERE role = 'nats' AND token = ${lease.token}::uuid AND until > now()
-            RETURNING 1
-          ), moved AS (
+          WITH ${renewed('nats', lease)}, moved AS (
             UPDATE event_consumers SET batch_id = ${batchId}::bigint, position = ${position}::bigint, updated_at = now()
             WHERE name = ${consumer} AND EXISTS (SELECT 1 FROM lease)
             RETURNING 1

@@ -32,16 +32,30 @@ const eventsEnv = (natsUrl: string) => ({
   EVENTS_RELAY_RETRY_DELAY_MS: '200',
   EVENTS_PUBLISH_TIMEOUT_MS: '1000',
   EVENTS_RELAY_LEASE_MS: '3000',
+  // Small pages, so that a batch of a few dozen events is fanned out and published page by page.
+  EVENTS_RELAY_BATCH_SIZE: '20',
   WEBHOOK_ALLOW_HTTP: 'true',
   WEBHOOK_ALLOWED_CIDRS: '127.0.0.1/32',
   WEBHOOK_POLL_INTERVAL_MS: '100',
   RATE_LIMIT_MAX: '0',
 });
 
+let freshIds: string[] = [];
+
 beforeAll(async () => {
+  // Before any pool of the service sets node-postgres's client-side limit for this process.
+  freshIds = await firstEventIdsOfFreshDatabases();
   nats = await startNatsServer();
   networkId = await db.network();
   svc = await startTestService({ partners: [{ key, networkId, name: 'batches-partner' }], env: eventsEnv(nats.url) });
+  // On a busy machine the start itself can delay the event loop past the shedding threshold: the
+  // tests begin once a change is answered (a throwaway agent's).
+  const warm = await db.agent(networkId);
+  await waitFor(async () => (await svc.setStatus(key, warm, true)).statusCode === 200, {
+    timeoutMs: 20_000,
+    intervalMs: 250,
+    failure: 'the service never answered a change',
+  });
 });
 
 afterAll(async () => {
@@ -71,6 +85,39 @@ async function otherDatabase(name = 'postgres'): Promise<pg.Client> {
   const client = new pg.Client({ connectionString: url.toString() });
   await client.connect();
   return client;
+}
+
+/** The event id of the first change in each of two fresh databases, migrated as `npm run migrate` does. */
+async function firstEventIdsOfFreshDatabases(): Promise<string[]> {
+  const admin = await otherDatabase();
+  const names = [0, 1].map(() => `pas_ids_${randomBytes(4).toString('hex')}`);
+  try {
+    const ids: string[] = [];
+    for (const name of names) {
+      await admin.query(`CREATE DATABASE ${name}`);
+      const url = new URL(inject('databaseAdminUrl'));
+      url.pathname = `/${name}`;
+      await migrate(url.toString());
+      const client = new pg.Pool({ connectionString: url.toString(), max: 1 });
+      try {
+        const network = await insertNetwork(client);
+        const agent = await insertAgent(client, network);
+        await client.query("INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name) VALUES ($1, $2, true, 'ids')", [
+          agent,
+          network,
+        ]);
+        const { rows } = await client.query('SELECT position::int AS position, event_id::text AS id FROM agent_events');
+        if (rows.length !== 1 || rows[0].position !== 1) throw new Error(`unexpected events: ${JSON.stringify(rows)}`);
+        ids.push(rows[0].id);
+      } finally {
+        await client.end();
+      }
+    }
+    return ids;
+  } finally {
+    for (const name of names) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await admin.end();
+  }
 }
 
 describe('a transaction held open in another database', () => {
@@ -187,40 +234,51 @@ describe('partner webhooks while NATS is down', () => {
   }, 60_000);
 });
 
-describe('event ids', () => {
-  it('differ between two fresh databases for the same change', async () => {
-    const admin = await otherDatabase();
-    const names = [0, 1].map(() => `pas_ids_${randomBytes(4).toString('hex')}`);
+describe('a batch larger than a page', () => {
+  it('gets every webhook delivery and every NATS publish, page by page', async () => {
+    const receiver = await startReceiver();
+    const network = await db.network();
+    const agents = await Promise.all(Array.from({ length: 50 }, () => db.agent(network)));
     try {
-      const ids: string[] = [];
-      for (const name of names) {
-        await admin.query(`CREATE DATABASE ${name}`);
-        const url = new URL(inject('databaseAdminUrl'));
-        url.pathname = `/${name}`;
-        await migrate(url.toString());
-        const client = new pg.Pool({ connectionString: url.toString(), max: 1 });
-        try {
-          const network = await insertNetwork(client);
-          const agent = await insertAgent(client, network);
-          await client.query(
-            "INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name) VALUES ($1, $2, true, 'ids')",
-            [agent, network],
-          );
-          const { rows } = await client.query('SELECT position::int AS position, event_id::text AS id FROM agent_events');
-          expect(rows).toHaveLength(1);
-          expect(rows[0].position).toBe(1);
-          ids.push(rows[0].id);
-        } finally {
-          await client.end();
-        }
-      }
-      // The same first change of each database: one id per database, never the same.
-      expect(ids[0]).not.toBe(ids[1]);
+      await db.pool.query('INSERT INTO webhook_endpoints (id, network_id, url, secret) VALUES (gen_random_uuid(), $1, $2, $3)', [
+        network,
+        receiver.url,
+        `whsec_${Buffer.alloc(32, 7).toString('base64')}`,
+      ]);
+      // 50 changes in one transaction: one batch of 50 events, pages of 20.
+      await db.pool.query(
+        `INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name)
+         SELECT a, $2, true, 'big-batch' FROM unnest($1::text[]) a`,
+        [agents, network],
+      );
+      await streamed(agents, 50, 20_000);
+      await waitFor(
+        async () => {
+          const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM webhook_deliveries WHERE network_id = $1', [network]);
+          return rows[0].n === 50;
+        },
+        { timeoutMs: 10_000, intervalMs: 50, failure: 'not every event of the batch got its webhook delivery' },
+      );
+      const { rows } = await db.pool.query(
+        `SELECT count(DISTINCT b.id)::int AS batches FROM agent_events e, event_batches b
+          WHERE e.agent_id = ANY ($1) AND pg_visible_in_snapshot(e.xid, b.snapshot)
+            AND NOT EXISTS (SELECT 1 FROM event_batches p WHERE p.id < b.id AND pg_visible_in_snapshot(e.xid, p.snapshot))`,
+        [agents],
+      );
+      expect(rows[0].batches).toBe(1);
     } finally {
-      for (const name of names) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.end();
+      await db.pool.query('DELETE FROM webhook_endpoints WHERE network_id = $1', [network]);
+      await receiver.close();
     }
   }, 60_000);
+});
+
+describe('event ids', () => {
+  it('differ between two fresh databases for the same change', () => {
+    // The same first change of each database: one id per database, never the same.
+    expect(freshIds).toHaveLength(2);
+    expect(freshIds[0]).not.toBe(freshIds[1]);
+  });
 });
 
 describe('the outbox rows from before the batches', () => {

@@ -41,6 +41,10 @@ BEGIN
 END
 $$;
 
+-- The webhooks are a consumer of the batches like NATS: the batch statement fans a batch out and
+-- moves this cursor at once when it can, a large batch is fanned out page by page.
+INSERT INTO event_consumers (name, batch_id) VALUES ('webhooks', 0) ON CONFLICT DO NOTHING;
+
 -- Batch 0 is the snapshot of this statement, taken after the trigger above holds event_outbox's
 -- lock: a change committed before it has its outbox row (and is not in any batch), a change
 -- committed after it has none (and is in a batch). Only before any batch was taken.

@@ -26,6 +26,10 @@ export interface EventFigures {
 }
 
 const stream = 'PARTNER_AGENT_STATUS';
+/** Events committed and in no batch yet. */
+const unbatched = `
+  SELECT count(*)::int AS n FROM agent_events e, (SELECT snapshot FROM event_batches ORDER BY id DESC LIMIT 1) l
+  WHERE e.xid >= pg_snapshot_xmax(l.snapshot) OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(l.snapshot)))`;
 /** Events committed and not yet in a batch the NATS consumer finished (docs/events-order.md). */
 const unpublished = `
   SELECT count(*)::int AS n
@@ -82,8 +86,13 @@ export async function eventsPhase(ctx: BenchContext): Promise<void> {
         EVENTS_SOURCE: 'https://bench.invalid/',
       });
       try {
-        // Only this load's events: the NATS consumer starts at the latest batch (the main service,
-        // without a broker, took the earlier phases' events into batches and never published them).
+        // Only this load's events: the NATS consumer starts at the latest batch, once the service
+        // took every earlier change (the floor's, the earlier phases') into a batch.
+        for (const startedWaiting = performance.now(); ; await sleep(20)) {
+          const { rows } = await ctx.db.query(unbatched);
+          if (rows[0].n === 0) break;
+          if (performance.now() - startedWaiting > 60_000) throw new Error(`${rows[0].n} earlier events still in no batch after a minute`);
+        }
         await ctx.db.query(
           "UPDATE event_consumers SET batch_id = (SELECT max(id) FROM event_batches), position = NULL WHERE name = 'nats'",
         );
