@@ -210,9 +210,10 @@ export class EventFeed {
       if (!this.subscribers.has(subscriber)) return;
       if (result.kind !== 'ok') throw new Error(`backlog ${result.kind}`);
       for (const event of result.page.events) subscriber.outgoing.push(frameOf(event));
-      this.flush(subscriber);
+      const room = this.flush(subscriber);
       subscriber.cursor = result.page.next;
-      if (subscriber.sink.buffered() > 0) await subscriber.sink.drained();
+      // The next page once the client took this one ('drain' comes only after a write said full).
+      if (!room) await subscriber.sink.drained();
       if (!result.page.hasMore) break;
     }
     const waiting = subscriber.waiting;
@@ -234,13 +235,14 @@ export class EventFeed {
     this.deps.metrics.feed.streamLag.observe(event.ageSeconds);
   }
 
-  /** Writes what the stream has waiting in one write; ends a stream whose client fell too far behind. */
-  private flush(subscriber: Subscriber): void {
-    if (subscriber.outgoing.length === 0 || !this.subscribers.has(subscriber)) return;
-    subscriber.sink.write(subscriber.outgoing.join(''));
+  /** Writes what the stream has waiting in one write; ends a stream whose client fell too far behind. Whether the sink has room. */
+  private flush(subscriber: Subscriber): boolean {
+    if (subscriber.outgoing.length === 0 || !this.subscribers.has(subscriber)) return true;
+    const room = subscriber.sink.write(subscriber.outgoing.join(''));
     this.deps.metrics.feed.eventsStreamed.inc(subscriber.outgoing.length);
     subscriber.outgoing = [];
     if (subscriber.sink.buffered() > maxQueuedBytes) subscriber.end('slow_client');
+    return room;
   }
 
   /** A batch was recorded (its id when known): read what is new for the open streams, once. */

@@ -38,7 +38,7 @@ function streamSink(body: PassThrough, raw: NodeJS.WritableStream & { writableLe
     buffered: () => body.writableLength + raw.writableLength,
     drained: () =>
       new Promise((resolve) => {
-        if (body.destroyed || body.writableLength === 0) return resolve();
+        if (body.destroyed || !body.writableNeedDrain) return resolve();
         const done = () => {
           body.off('drain', done);
           body.off('close', done);
