@@ -19,6 +19,8 @@ const scanBudget = 5_000;
 const scansPerPage = 4;
 /** Events a stream may have waiting for its client before it is ended (it resumes with Last-Event-ID). */
 const maxQueuedBytes = 4 * 1024 * 1024;
+/** The longest the feed's stop waits for its wake and a read under way. */
+const stopWaitMs = 2_000;
 /** The backlog of a stream is read in pages of this many events. */
 const backlogPage = 500;
 
@@ -107,8 +109,14 @@ export class EventFeed {
   async stop(): Promise<void> {
     this.closing = true;
     for (const subscriber of [...this.subscribers]) subscriber.end('draining');
-    await this.deps.wake.stop();
-    await this.pumping;
+    // Bounded: a read under way or a listening connection that does not answer its end never holds
+    // the shutdown (the pools close after this, which ends what is left).
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, stopWaitMs);
+    });
+    await Promise.race([Promise.all([this.deps.wake.stop(), this.pumping]), late]);
+    clearTimeout(timer);
   }
 
   /** A page of a network's events after `after` (undefined: from the oldest kept). */
