@@ -79,9 +79,15 @@ export const eventJson = (source: string) => sql.fragment`json_build_object(
       ELSE json_build_object('agentId', e.agent_id, 'networkId', e.network_id, 'enabled', e.enabled, 'changeId', e.agent_seq,
                              'pausedCampaignCount', e.paused_count) END)::text`;
 
-/** Rows of agent_events committed after snapshot `prev` (as far as the statement's own snapshot sees). */
+/**
+ * Rows of agent_events committed after snapshot `prev` (as far as the statement's own snapshot sees).
+ * The range is closed above by the statement's own xmax (every row it sees is below it): a two-sided
+ * range keeps the planner on the xid index even before the column has statistics, where an open one
+ * is estimated at a third of the history and read by a sequential scan.
+ */
 const after = (prev: string) =>
-  sql.fragment`(e.xid >= pg_snapshot_xmax(${prev}::pg_snapshot) OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))`;
+  sql.fragment`((e.xid >= pg_snapshot_xmax(${prev}::pg_snapshot) AND e.xid < pg_snapshot_xmax(pg_current_snapshot()))
+    OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))`;
 
 /** The CTE `lease`: the role's lease renewed, only while it is still this replica's (a row: held). */
 const renewed = (role: RelayRole, lease: { token: string; leaseMs: number }) => sql.fragment`lease AS (
