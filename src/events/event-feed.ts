@@ -19,6 +19,8 @@ const scanBudget = 5_000;
 const scansPerPage = 4;
 /** Events a stream may have waiting for its client before it is ended (it resumes with Last-Event-ID). */
 const maxQueuedBytes = 4 * 1024 * 1024;
+/** How long an ended stream's client has to take the rest before its connection is closed. */
+const endGraceMs = 1_000;
 /** The longest the feed's stop waits for its wake and a read under way. */
 const stopWaitMs = 2_000;
 /** The backlog of a stream is read in pages of this many events. */
@@ -44,6 +46,8 @@ export interface StreamSink {
   drained(): Promise<void>;
   /** Ends the response. */
   end(): void;
+  /** Closes the connection if the response has not finished (a client that stopped reading). */
+  destroy(): void;
 }
 
 interface Subscriber {
@@ -180,6 +184,9 @@ export class EventFeed {
         if (![...this.subscribers].some((other) => other.networkId === networkId)) metrics.feed.streamsOpen.remove({ partner });
         void slot.release();
         sink.end();
+        // A client that does not read what is left (slow, or gone without a word) would hold its
+        // connection, and a shutdown waiting for it: closed after a grace.
+        if (reason !== 'client') setTimeout(() => sink.destroy(), endGraceMs).unref();
         resolveEnded();
       },
     };

@@ -32,7 +32,10 @@ function parseTypes(types: string): string[] | undefined {
 const wantsStream = (accept: string | undefined) => accept !== undefined && /(^|,)\s*text\/event-stream\s*(;|,|$)/i.test(accept);
 
 /** The sink of a stream: a PassThrough Fastify sends as the body. */
-function streamSink(body: PassThrough, raw: NodeJS.WritableStream & { writableLength: number }): StreamSink {
+function streamSink(
+  body: PassThrough,
+  raw: NodeJS.WritableStream & { writableLength: number; writableFinished: boolean; destroy(): void },
+): StreamSink {
   return {
     write: (text) => !body.destroyed && body.write(text),
     buffered: () => body.writableLength + raw.writableLength,
@@ -49,6 +52,9 @@ function streamSink(body: PassThrough, raw: NodeJS.WritableStream & { writableLe
       }),
     end: () => {
       if (!body.destroyed) body.end();
+    },
+    destroy: () => {
+      if (!raw.writableFinished) raw.destroy();
     },
   };
 }
