@@ -50,6 +50,7 @@ export async function buildInertApp() {
     idempotencyKeys: undefined as never,
     webhooks: { endpoints: undefined as never, refusalOfUrl: undefined as never },
     bulk: { changes: undefined as never, batches: undefined as never },
+    eventFeed: { feed: undefined as never, retentionDays: 30, maxStreamsPerNetwork: 5 },
     limits: { ...loadConfig(documentationEnvironment).limits, rateLimitMax: 0 },
     rateLimitStore: { redis: undefined, keyPrefix: '' },
   });

@@ -79,6 +79,19 @@ export interface Config {
   apiVersionDeprecations: Deprecations;
   webhooks: WebhookSettings;
   events: EventsSettings;
+  feed: FeedSettings;
+}
+
+/** The partner events feed (docs/interfaces.md §17). */
+export interface FeedSettings {
+  /** EVENTS_FEED_RETENTION_DAYS, in milliseconds: how long the feed serves an event (batches are pruned no sooner). */
+  retentionMs: number;
+  /** EVENTS_FEED_MAX_STREAMS: Server-Sent Events streams one network may hold open at once, across replicas. */
+  maxStreamsPerNetwork: number;
+  /** EVENTS_FEED_HEARTBEAT_MS: the longest a stream goes without a line (a comment when nothing happens). */
+  heartbeatMs: number;
+  /** EVENTS_FEED_POLL_INTERVAL_MS: how often a replica looks for new batches when it cannot LISTEN (behind a transaction pooler). */
+  pollIntervalMs: number;
 }
 
 /** Partner webhooks (docs/interfaces.md §14). */
@@ -553,8 +566,24 @@ function readConfig(env: Env): Config {
       maxAttempts: integer(env, 'SECRETS_MANAGER_MAX_ATTEMPTS', 3, 1, 10),
     },
     apiVersionDeprecations: apiVersionDeprecations(env),
-    events: eventsSettings(env),
+    ...eventsAndFeed(env),
   };
+}
+
+/**
+ * The events settings and the feed's: the batches the relay prunes (EVENTS_RETENTION_MS) are kept at
+ * least as long as the feed serves them (EVENTS_FEED_RETENTION_DAYS), so the feed's retention
+ * governs the pruning whenever it is the longer (docs/interfaces.md §17).
+ */
+function eventsAndFeed(env: Env): { events: EventsSettings; feed: FeedSettings } {
+  const events = eventsSettings(env);
+  const feed: FeedSettings = {
+    retentionMs: integer(env, 'EVENTS_FEED_RETENTION_DAYS', 30, 1, 366) * 86_400_000,
+    maxStreamsPerNetwork: integer(env, 'EVENTS_FEED_MAX_STREAMS', 5, 1, 1_000),
+    heartbeatMs: integer(env, 'EVENTS_FEED_HEARTBEAT_MS', 10_000, 100, 15_000),
+    pollIntervalMs: integer(env, 'EVENTS_FEED_POLL_INTERVAL_MS', 100, 10, 5_000),
+  };
+  return { events: { ...events, retentionMs: Math.max(events.retentionMs, feed.retentionMs) }, feed };
 }
 
 /** `address/prefix`, checked; throws with a message naming the value. */

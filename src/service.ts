@@ -10,6 +10,7 @@ import { type Config, statementClientMarginMs } from './config.js';
 import { allowedRanges, type Lookup, refusalOfUrl } from './events/address-guard.js';
 import { EventRelay } from './events/event-relay.js';
 import { createNatsPublisher } from './events/nats-publisher.js';
+import { createPartnerEventFeed } from './events/partner-event-feed.js';
 import { dnsQuery, NetworkLookups, queryOfLookup } from './events/webhook-resolver.js';
 import { createWebhookSender } from './events/webhook-sender.js';
 import { buildApp } from './http/app.js';
@@ -144,6 +145,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 
   const webhooks = createWebhooks(config, options, { requestPool, workerPool }, { owner, metrics, logger });
 
+  const eventFeed = createPartnerEventFeed(config, { pool: requestPool, redis: rateLimitRedis, metrics, logger });
   const probe = createAgentRepository(probePool, metrics, statement);
   const readiness = createReadiness({ ping: probe.ping, onReadOnly: () => failover.retire('read_only'), keyStore, metrics });
   const app = await buildApp({
@@ -158,11 +160,13 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     apiVersionDeprecations: config.apiVersionDeprecations,
     webhooks: webhooks.routes,
     bulk: { changes: bulk, batches: createStatusBatches(requestPool, metrics) },
+    eventFeed: eventFeed.routes,
   });
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
   // The worker's loops stop with the resources, before the pools they use close.
   startLoops(resources, worker.loops);
   webhooks.sender.start();
+  eventFeed.feed.start();
   // Each batch the relay takes makes its webhook deliveries: the sender looks at once.
   const relay = startEventsRelay(config, workerPool, { owner, metrics, logger, resources, onBatch: webhooks.sender.nudge });
 
@@ -201,7 +205,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
      * pending, released for another replica); the server finishes its requests; then every pool and
      * client is closed, in reverse order, once nothing uses it any more.
      */
-    close: closer({ config, runner, worker, webhookSender: webhooks.sender, app, resources, logger }),
+    close: closer({ config, runner, worker, webhookSender: webhooks.sender, eventFeed: eventFeed.feed, app, resources, logger }),
   };
 }
 
@@ -319,17 +323,20 @@ function closer(parts: {
   runner: { stopBy(at: number): void; idle(): Promise<void> };
   worker: { stop(): Promise<void> };
   webhookSender: { stop(by: number): Promise<void> };
+  eventFeed: { stop(): Promise<void> };
   app: Awaited<ReturnType<typeof buildApp>>;
   resources: Resources;
   logger: Logger;
 }) {
-  const { config, runner, worker, webhookSender, app, resources, logger } = parts;
+  const { config, runner, worker, webhookSender, eventFeed, app, resources, logger } = parts;
   let closing: Promise<void> | undefined;
   return (timeoutMs = config.shutdownTimeoutMs): Promise<void> => {
     closing ??= (async () => {
       const deadline = performance.now() + timeoutMs;
       runner.stopBy(deadline - 1_000);
-      await Promise.all([worker.stop(), webhookSender.stop(deadline - 1_500)]);
+      // The feed's streams end first: their clients reconnect to another replica, and the server's
+      // close does not wait for them.
+      await Promise.all([worker.stop(), webhookSender.stop(deadline - 1_500), eventFeed.stop()]);
       const closed = app.close();
       // A socket accepted but never used for a request (a proxy's pre-opened connection) is not
       // closed by Fastify's idle handling on this Node: past the deadline every connection is

@@ -36,6 +36,7 @@ export type AuditOutcome =
   | 'webhook_endpoint_created'
   | 'webhook_endpoint_deleted'
   | 'webhook_endpoint_enabled'
+  | 'stream'
   | 'webhook_secret_rotated'
   | 'webhook_delivery_retried';
 

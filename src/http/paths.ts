@@ -20,6 +20,7 @@ export const partnerRoutes = {
   webhookEndpointEnable: '/webhook-endpoints/:endpointId/enable',
   webhookDeliveries: '/webhook-endpoints/:endpointId/deliveries',
   webhookDeliveryRetry: '/webhook-endpoints/:endpointId/deliveries/:deliveryId/retry',
+  events: '/events',
 } as const;
 
 type PartnerRoute = (typeof partnerRoutes)[keyof typeof partnerRoutes];

@@ -31,6 +31,7 @@ export const problemTypes = {
   superseded: { status: 409, title: 'Superseded by a later enable' },
   idempotencyKeyInUse: { status: 409, title: 'Idempotency key in use' },
   webhookEndpointLimit: { status: 409, title: 'Too many webhook endpoints' },
+  eventsGone: { status: 410, title: 'Events no longer kept' },
   preconditionFailed: { status: 412, title: 'Precondition failed' },
   idempotencyKeyReused: { status: 422, title: 'Idempotency key reused' },
   payloadTooLarge: { status: 413, title: 'Request body too large' },
@@ -40,6 +41,7 @@ export const problemTypes = {
   tooManyDisables: { status: 429, title: 'Too many disables in flight' },
   idempotencyKeyQuota: { status: 429, title: 'Too many idempotency keys' },
   webhookLookupsBusy: { status: 429, title: 'Too many webhook registrations under way' },
+  tooManyStreams: { status: 429, title: 'Too many event streams' },
   dependencyFailure: { status: 500, title: 'Dependency failure' },
   internal: { status: 500, title: 'Internal error' },
   unavailable: { status: 503, title: 'Service unavailable' },
@@ -77,6 +79,8 @@ export const changesNothing: ReadonlySet<ProblemKind> = new Set<ProblemKind>([
   'tooManyDisables',
   'idempotencyKeyQuota',
   'webhookLookupsBusy',
+  'tooManyStreams',
+  'eventsGone',
   'unavailable',
 ]);
 

@@ -23,6 +23,7 @@ import { statusChangesRoute } from './routes/agent-status-changes.js';
 import { agentStatusReadRoute } from './routes/agent-status-read.js';
 import { healthRoutes } from './routes/health.js';
 import { registerOpenApi } from './routes/openapi.js';
+import { type EventFeedRouteDeps, partnerEventRoutes } from './routes/partner-events.js';
 import { referencePageRoutes } from './routes/reference-page.js';
 import { type WebhookRouteDeps, webhookEndpointRoutes } from './routes/webhook-endpoints.js';
 import { UnauthenticatedShedding } from './unauthenticated-shedding.js';
@@ -51,6 +52,8 @@ export interface RouteDeps {
   webhooks: WebhookRouteDeps;
   /** Bulk status changes (docs/interfaces.md §16): the use case and the batches' store. */
   bulk: { changes: BulkStatusUseCase; batches: StatusBatches };
+  /** The partner events feed (docs/interfaces.md §17). */
+  eventFeed: Omit<EventFeedRouteDeps, 'metrics'>;
 }
 
 // Through require for the same reason as in malformed-http.ts (no ES facade of node:http).
@@ -167,6 +170,7 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
       await partnerApi.register(agentStatusReadRoute, { agentStatus: deps.agentStatus });
       await partnerApi.register(statusChangesRoute, { agentStatus: deps.agentStatus });
       await partnerApi.register(webhookEndpointRoutes, deps.webhooks);
+      await partnerApi.register(partnerEventRoutes, { ...deps.eventFeed, metrics });
     },
     { prefix: partnerPrefix },
   );

@@ -1,4 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { feedMetrics } from './feed-metrics.js';
 import { webhookMetrics } from './webhook-metrics.js';
 
 /**
@@ -378,6 +379,8 @@ export function createMetrics(options: { collectDefaults?: boolean } = {}) {
     registry,
     /** Partner webhooks (src/observability/webhook-metrics.ts). */
     webhooks: webhookMetrics(registry),
+    /** The partner events feed (src/observability/feed-metrics.ts). */
+    feed: feedMetrics(registry),
     ...requestMetrics(registry),
     ...dependencyMetrics(registry),
     ...keyMetrics(registry, keys),

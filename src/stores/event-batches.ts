@@ -66,7 +66,7 @@ const backlogRow = z.object({ count: z.number(), oldest_age_seconds: z.number() 
  * The CloudEvent of a row `e` of agent_events, JSON text (json_build_object keeps the keys in this
  * order, so every reader gets the same bytes).
  */
-const eventJson = (source: string) => sql.fragment`json_build_object(
+export const eventJson = (source: string) => sql.fragment`json_build_object(
     'specversion', '1.0',
     'id', e.event_id,
     'source', ${source}::text,

@@ -1,6 +1,7 @@
 // What every phase of `npm run bench` shares: the run's database, Redis prefix, simulator, OTLP sink
 // and partner keys, the partners and agents of the loads, the processes still running, and the
 // figures and failures collected so far. Made once by createContext, released by cleanUp.
+
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,6 +17,7 @@ import type { Options } from './options.js';
 import { startOtlpSink } from './otlp-sink.js';
 import type { BulkFigures } from './phases/bulk.js';
 import type { EventFigures } from './phases/events.js';
+import type { FeedFigures } from './phases/feed.js';
 import type { FloodFigures } from './phases/flood.js';
 import type { PreferFigures } from './phases/prefer.js';
 import type { StatementCost } from './phases/statements.js';
@@ -76,6 +78,8 @@ export interface Results {
   webhooks?: WebhookFigures;
   /** Bulk status changes (phases/bulk.ts). */
   bulk?: BulkFigures;
+  /** The enable beside 50 event streams of the partner events feed (phases/feed.ts). */
+  feed?: FeedFigures;
 }
 
 /** A service process started the way `npm start` starts it. */

@@ -20,6 +20,7 @@ export const phases = [
   'events',
   'webhooks',
   'bulk',
+  'feed',
 ] as const;
 export type Phase = (typeof phases)[number];
 

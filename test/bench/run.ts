@@ -24,6 +24,7 @@ import { disableAcrossNetwork, disableLatency } from './phases/disable-latency.j
 import { enablePhase, idempotencyPhase } from './phases/enable.js';
 import { eventsPhase } from './phases/events.js';
 import { fairness } from './phases/fairness.js';
+import { feedPhase } from './phases/feed.js';
 import { partnerBesideFlood } from './phases/flood.js';
 import { databaseFloors, floor } from './phases/floors.js';
 import { poolerPhase } from './phases/pooler.js';
@@ -99,6 +100,8 @@ if (up) {
 if (selected('events')) await phase(ctx, 'events', () => eventsPhase(ctx));
 // After the main service stopped: its sender may not reach the receiver on 127.0.0.1.
 if (selected('webhooks')) await webhooksPhase(ctx);
+// A service of its own, after the main one stopped: only its own streams and load on the machine.
+if (selected('feed')) await feedPhase(ctx);
 
 // ---------------------------------------------------------------------------------------------
 // The table
@@ -122,6 +125,7 @@ const written = writeResults(join(root, 'test/bench/results'), quick || only !==
   statements: results.statements,
   events: results.events,
   webhooks: results.webhooks,
+  feed: results.feed,
   processes: results.processes,
   tracingExport: results.exported,
   failures: results.failures,

@@ -56,6 +56,8 @@ const contractDefaults: Record<string, string> = {
   WEBHOOK_DNS_LOOKUPS_PER_NETWORK: '4',
   WEBHOOK_NETWORK_MAX_PENDING: '10000',
   WEBHOOK_NETWORK_MAX_IN_FLIGHT: '8',
+  EVENTS_FEED_RETENTION_DAYS: '30',
+  EVENTS_FEED_MAX_STREAMS: '5',
   NODE_OPTIONS: '--max-old-space-size=256 --max-semi-space-size=16 --expose-gc',
   OTEL_METRICS_EXPORTER: 'none',
   OTEL_LOGS_EXPORTER: 'none',

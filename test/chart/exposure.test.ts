@@ -64,14 +64,27 @@ describe.each(helms)('%s', (_helm, binary) => {
       expect(httpRoute(route).spec?.parentRefs).toEqual([{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'partner-gateway' }]);
     });
 
-    it('routes nothing but the /partner/ prefix, to the Service http port', () => {
+    it('routes nothing but the /partner/ prefix, to the Service http port: the events feed by a rule of its own', () => {
       const service = findOne<IService>(render(as(everything)), 'Service');
       const rules = httpRoute().spec?.rules ?? [];
-      expect(rules).toHaveLength(1);
-      expect(rules[0]?.matches).toEqual([{ path: { type: 'PathPrefix', value: '/partner/' } }]);
-      expect(rules[0]?.backendRefs).toEqual([
-        { group: '', kind: 'Service', name: service.metadata?.name, port: service.spec?.ports?.find((p) => p.name === 'http')?.port },
+      expect(rules).toHaveLength(2);
+      expect(rules.map((rule) => rule.matches)).toEqual([
+        [{ path: { type: 'Exact', value: '/partner/events' } }],
+        [{ path: { type: 'PathPrefix', value: '/partner/' } }],
       ]);
+      for (const rule of rules) {
+        expect(rule.backendRefs).toEqual([
+          { group: '', kind: 'Service', name: service.metadata?.name, port: service.spec?.ports?.find((p) => p.name === 'http')?.port },
+        ]);
+      }
+    });
+
+    it("lets the events feed's streams last an hour (a line every 10 s keeps them from idling out); the clients resume with Last-Event-ID", () => {
+      expect(httpRoute(route).spec?.rules?.[0]?.timeouts).toEqual({ request: '3600s' });
+      expect(httpRoute({ set: [...route.set, 'httpRoute.eventStreamTimeoutSeconds=600'] }).spec?.rules?.[0]?.timeouts).toEqual({
+        request: '600s',
+      });
+      expect(httpRoute(route).spec?.rules?.[0]?.filters).toEqual(httpRoute(route).spec?.rules?.[1]?.filters);
     });
 
     it('serves the host names from values, or every host of the listener', () => {
@@ -81,13 +94,13 @@ describe.each(helms)('%s', (_helm, binary) => {
 
     it('waits 30 s for a response by default: above the 25 s request deadline', () => {
       const config = findOne<IConfigMap>(render(as(route)), 'ConfigMap').data ?? {};
-      expect(httpRoute(route).spec?.rules?.[0]?.timeouts).toEqual({ request: '30s' });
+      expect(httpRoute(route).spec?.rules?.[1]?.timeouts).toEqual({ request: '30s' });
       expect(30_000).toBeGreaterThan(Number(config.REQUEST_DEADLINE_MS));
-      expect(httpRoute().spec?.rules?.[0]?.timeouts).toEqual({ request: '35s' });
+      expect(httpRoute().spec?.rules?.[1]?.timeouts).toEqual({ request: '35s' });
     });
 
     it('configures no retry: a replayed POST would count twice against the rate limit', () => {
-      expect(httpRoute().spec?.rules?.[0]).not.toHaveProperty('retry');
+      for (const rule of httpRoute().spec?.rules ?? []) expect(rule).not.toHaveProperty('retry');
     });
 
     it("strips partners' trace context and baggage before the service, unless told not to", () => {

@@ -163,6 +163,18 @@ describe('Grafana dashboards', () => {
         file: 'business.json',
         metrics: ['agent_status_batch_size_bucket', 'agent_status_batch_size_count', 'agent_status_batch_items_total'],
       },
+      'Partner events feed': {
+        file: 'business.json',
+        metrics: [
+          'partner_events_feed_streams_open',
+          'partner_events_feed_events_streamed_total',
+          'partner_events_feed_reads_total',
+          'partner_events_feed_streams_refused_total',
+          'partner_events_feed_streams_ended_total',
+          'partner_events_feed_stream_lag_seconds_bucket',
+          'partner_events_feed_listening',
+        ],
+      },
       Limits: {
         file: 'overview.json',
         metrics: [

@@ -174,6 +174,7 @@ describe('the document is a partner reference', () => {
       '/partner/agents/status/batch/{batchId}',
       '/partner/agents/{agentId}/status',
       '/partner/agents/{agentId}/status-changes',
+      '/partner/events',
       urls.openApi,
       urls.webhookEndpoints,
       '/partner/webhook-endpoints/{endpointId}',

@@ -12,6 +12,8 @@ export interface StreamedEvent {
   seq: number;
   subject: string;
   msgId: string | undefined;
+  /** The message's bytes as UTF-8 text. */
+  data: string;
   event: {
     id: string;
     type: string;
@@ -70,11 +72,13 @@ export async function startNatsServer() {
       for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq += 1) {
         const message = await manager.streams.getMessage(stream, { seq }).catch(() => null);
         if (!message) continue;
+        const data = new TextDecoder().decode(message.data);
         found.push({
           seq: message.seq,
           subject: message.subject,
           msgId: message.header?.get('Nats-Msg-Id') || undefined,
-          event: JSON.parse(new TextDecoder().decode(message.data)),
+          data,
+          event: JSON.parse(data),
         });
       }
       return found;

@@ -22,6 +22,7 @@ export async function stubApp(options: { key: string; networkId: string; setAgen
     agentStatus: { setAgentStatus: options.setAgentStatus ?? (notFound as never), readAgentStatus: notFound, readStatusChanges: notFound },
     idempotencyKeys: undefined as never,
     webhooks: { endpoints: undefined as never, refusalOfUrl: undefined as never },
+    eventFeed: { feed: undefined as never, retentionDays: 30, maxStreamsPerNetwork: 5 },
     bulk: { changes: undefined as never, batches: undefined as never },
     isReady: async () => true,
     limits: {

@@ -80,7 +80,7 @@ describe('the events settings', () => {
       subjectPrefix: 'partner-agent-status',
       createStream: false,
       source: 'urn:partner-agent-status',
-      retentionMs: 86_400_000,
+      retentionMs: 30 * 86_400_000,
     });
     expect(events.relayLeaseMs).toBeGreaterThan(events.publishTimeoutMs);
   });

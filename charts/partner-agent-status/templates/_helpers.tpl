@@ -291,6 +291,8 @@ EVENTS_SUBJECT_PREFIX: {{ .subjectPrefix | quote }}
 EVENTS_CREATE_STREAM: {{ .createStream | toString | quote }}
 EVENTS_SOURCE: {{ .source | quote }}
 EVENTS_RETENTION_MS: {{ .retentionMs | int64 | toString | quote }}
+EVENTS_FEED_RETENTION_DAYS: {{ .feed.retentionDays | int64 | toString | quote }}
+EVENTS_FEED_MAX_STREAMS: {{ .feed.maxStreamsPerNetwork | int64 | toString | quote }}
 {{- end }}
 {{- with .Values.webhooks }}
 WEBHOOK_SECRETS_KEY_FILE: {{ include "pas.webhookSecretsKeyFile" $ | quote }}

@@ -68,7 +68,7 @@ Repeating a request is always safe. A disable of an agent that is already disabl
 
 A disable the service has accepted is never lost. If it cannot pause every campaign within the request (a system holding campaign state failed, or did not confirm some campaigns, or the work takes longer than one request may), the answer is a 500 with \`pausedCampaignCount\` and \`remainingCampaignCount\`: the agent is disabled, and the service goes on pausing the remaining campaigns by itself, without any further request. \`GET ${documentedPath(partnerRoutes.agentStatusRead)}\` shows the progress (\`disableInProgress\`, \`activeUnpausedCampaignCount\`). An enable answered after a disable was requested supersedes it: that disable stops and answers 409.
 
-Do not repeat a 4xx unchanged: fix the request first (400, 401, 404, 405, 412, 413, 415, 417, 422), or wait for \`Retry-After\` seconds (429, 503); none of these changed anything.
+Do not repeat a 4xx unchanged: fix the request first (400, 401, 404, 405, 410, 412, 413, 415, 417, 422), or wait for \`Retry-After\` seconds (429, 503); none of these changed anything.
 
 ## Limits
 
@@ -137,6 +137,11 @@ export async function registerOpenApi(
       tags: [
         { name: 'Agents', description: 'Switch agents of your network on and off.' },
         { name: 'Webhooks', description: 'Endpoints of your network that the service calls back with signed events.' },
+        {
+          name: 'Events',
+          description:
+            "Your network's events to catch up with (pages after a cursor) or to listen to (Server-Sent Events), without an endpoint of your own.",
+        },
         { name: 'Reference', description: 'Machine-readable description of this API.' },
       ],
       components: {

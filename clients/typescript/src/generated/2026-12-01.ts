@@ -71,6 +71,72 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/partner/agents/status/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Enable or disable up to 1,000 agents of your network in one call
+         * @description Makes up to 1,000 status changes of agents of your network in one call. Each change is made exactly as `POST /partner/agents/status` would make it (its own status-change record carrying this request’s `x-request-id`, its own events and webhooks, and for a disable its own pending disable and counts), and is answered with that call’s status and body under the same `Partner-Api-Version`. Changes are independent: one that fails neither undoes nor holds back another.
+         *
+         *     Disables of one batch share spend-management calls (up to 100 campaigns of any of its agents a call), so a large batch is much faster than the same changes one by one.
+         *
+         *     The batch as a whole answers 400 (malformed, empty, over 1,000 changes or an agent repeated: `errors[0].pointer` names the first bad change), 401, 413, 415, 429 (each change counts as one request of your rate limit and each disable towards the disables at once; a batch the remaining allowance cannot hold is refused whole, using none of it) or 503; then nothing was changed.
+         *
+         *     `Idempotency-Key` covers the whole batch: a repeat answers the batch’s results as they then stand. `Prefer: respond-async` answers 202 once every change is recorded, with `Location` of the batch.
+         */
+        post: operations["setAgentStatusBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/partner/agents/status/batch/{batchId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the results of a bulk status change
+         * @description The results of a batch of your network as they stand now, for 24 hours after it was sent: each change as its single call would answer it now (a disable still pausing is 202 with the agent’s status until it is finished). A batch of another network gets the same 404 as one that does not exist.
+         */
+        get: operations["getAgentStatusBatch"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/partner/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read your network's events, or stream them
+         * @description Your network's events (the CloudEvents of the webhooks and NATS, byte for byte), oldest first after the cursor `after`; without it, from the oldest kept (events are kept `EVENTS_FEED_RETENTION_DAYS`, 30 days by default). A cursor read twice gives the same events. With `Accept: text/event-stream` the same route streams (Server-Sent Events): the events after `after` (or after `Last-Event-ID`, which wins), then new ones as they commit, each with `id:` its cursor, `event:` its type and `data:` the CloudEvent; a comment line at least every 15 s. Reconnecting with `Last-Event-ID` misses nothing and repeats nothing. At most 5 streams a network at once; a stream counts once against the rate limit.
+         */
+        get: operations["listEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/partner/openapi.json": {
         parameters: {
             query?: never;
@@ -106,7 +172,7 @@ export interface paths {
         put?: never;
         /**
          * Register a webhook endpoint
-         * @description Registers an HTTPS URL to receive the events of your network, signed per Standard Webhooks 1.0 with the secret in the answer (shown only here). A URL naming an address that is not public (loopback, private, link-local, shared, reserved), literally or through DNS, is refused. At most 10 endpoints a network.
+         * @description Registers an HTTPS URL to receive the events of your network, signed per Standard Webhooks 1.0 with the secret in the answer (shown only here). The URL must be `https` on port 443 (unless the operator allows other ports). A URL the service will not call gets one and the same 400 whatever the reason: it names an address that is not public (loopback, private, link-local, shared, reserved), literally or through DNS, or its host name does not resolve within a few seconds. At most 10 endpoints a network (checked first: a network at its limit gets the 409 whatever the URL).
          */
         post: operations["createWebhookEndpoint"];
         delete?: never;
@@ -166,9 +232,29 @@ export interface paths {
         put?: never;
         /**
          * Send one delivery again
-         * @description Makes the delivery due at once, with the same `webhook-id`, on a fresh retry schedule, whatever its state; a disabled endpoint is enabled again. A delivery whose attempt is under way is left to it.
+         * @description Makes the delivery due at once, with the same `webhook-id`, on a fresh retry schedule, whatever its state. It does not enable a disabled endpoint (its deliveries wait until `POST /partner/webhook-endpoints/{endpointId}/enable`), nor stop its failing clock. A delivery whose attempt is under way is left to it.
          */
         post: operations["retryWebhookDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/partner/webhook-endpoints/{endpointId}/enable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Enable a webhook endpoint again
+         * @description Enables an endpoint the service disabled (it answered 410, or kept failing for 5 days), with a fresh failing clock; an enabled endpoint stays as it is. Its deliveries that are still pending are then attempted; failed ones are sent again only by a retry of each. Events that happened while it was disabled got no delivery to it: the events feed has them.
+         */
+        post: operations["enableWebhookEndpoint"];
         delete?: never;
         options?: never;
         head?: never;
@@ -206,6 +292,13 @@ export interface components {
         Problem: {
             /** @description What went wrong with this request and how to fix it. */
             detail: string;
+            /** @description On a bulk change (400): the first bad change, by its place in the body. */
+            errors?: {
+                /** @description What is wrong there. */
+                detail: string;
+                /** @description JSON Pointer (RFC 6901) into the request body, such as `/changes/3/agentId`. */
+                pointer: string;
+            }[];
             /** @description On a disable that did not finish (500) or was superseded (409): campaigns this call paused. */
             pausedCampaignCount?: number;
             /** @description On a disable that did not finish (500): active, unpaused campaigns of the agent still to pause. The service goes on pausing them by itself. */
@@ -649,7 +742,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description An enable of this agent was answered after this disable was requested: the disable stopped pausing campaigns (`pausedCampaignCount` says how many it paused before). The agent is enabled. Or: the first request with this `Idempotency-Key` is still running; repeat after `Retry-After` seconds. Problem types: `urn:partner-agent-status:problem:superseded` (Superseded by a later enable), `urn:partner-agent-status:problem:idempotency-key-in-use` (Idempotency key in use). */
+            /** @description An enable of this agent was answered after this disable was requested: the disable stopped pausing campaigns (`pausedCampaignCount` says how many it paused before). The agent is enabled. Or: the first request with this `Idempotency-Key` is still running, or this request outlived its hold on the key and a repeat took it over (this request then changed nothing); repeat after `Retry-After` seconds. Problem types: `urn:partner-agent-status:problem:superseded` (Superseded by a later enable), `urn:partner-agent-status:problem:idempotency-key-in-use` (Idempotency key in use). */
             409: {
                 headers: {
                     /** @description Present, `true`, when this is the kept answer of an earlier request with the same `Idempotency-Key`. */
@@ -751,6 +844,463 @@ export interface operations {
             };
         };
     };
+    setAgentStatusBatch: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the whole batch safe to repeat for 24 hours (1 to 255 printable ASCII characters). */
+                "idempotency-key"?: string;
+                /** @description The API version to answer in (`YYYY-MM-DD`, matched exactly). Without it: your key's pinned version, else `2026-11-21`. */
+                "Partner-Api-Version"?: components["parameters"]["PartnerApiVersion"];
+                /**
+                 * @description `respond-async`: 202 once every change is recorded.
+                 * @example respond-async
+                 */
+                prefer?: string;
+                /** @description Identifies the request in our logs and in the `requestId` of a problem body. Send your own (1 to 128 characters of `A-Z a-z 0-9 . _ : @ / + = -`, a UUID say) to correlate with your logs; any other value is replaced by a generated UUID, and so is one with 16 or more characters in a row of `A-Z a-z 0-9 _ + / =` (it could be an API key, which is never echoed). */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description 1 to 1000 changes, each agent at most once. */
+                    changes: {
+                        /** @description An agent of your network, `us-east-1:<uuid>`; at most once per batch. */
+                        agentId: string;
+                        /** @description `false` disables the agent and pauses its campaigns; `true` enables it. */
+                        enabled: boolean;
+                    }[];
+                };
+            };
+        };
+        responses: {
+            /** @description Every change was made or answered; one result per change, in request order. */
+            200: {
+                headers: {
+                    /** @description Present, `true`, when this is the kept answer of an earlier request with the same `Idempotency-Key`. */
+                    "idempotent-replayed"?: "true";
+                    /** @description The batch’s resource. */
+                    location?: string;
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description The IETF draft RateLimit field, `"partner";r=<requests left>;t=<seconds until the window resets>`. */
+                    ratelimit?: string;
+                    /** @description The IETF draft RateLimit-Policy field, `"partner";q=<requests>;w=<window seconds>`, while a rate limit is configured. */
+                    "ratelimit-policy"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The batch, readable for 24 hours at `GET /partner/agents/status/batch/{batchId}`.
+                         */
+                        batchId: string;
+                        /** @description One result per change, in request order. */
+                        results: {
+                            /** @description The change’s agent, as sent. */
+                            agentId: string;
+                            /** @description The body that single call would have answered: the status change (200), the agent’s status (202, a disable still pausing), or the problem object (404, 409, 500). */
+                            body: {
+                                [key: string]: unknown;
+                            };
+                            /** @description What `POST /partner/agents/status` would have answered for this change alone: 200, 202, 404, 409 or 500. */
+                            status: number;
+                        }[];
+                    };
+                };
+            };
+            /** @description Prefer: respond-async: every change is recorded; `Location` answers the results as they stand. */
+            202: {
+                headers: {
+                    /** @description The batch’s resource. */
+                    location?: string;
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "preference-applied"?: "respond-async";
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        batchId: string;
+                        changeCount: number;
+                    };
+                };
+            };
+            /** @description The batch is malformed; `errors[0].pointer` names the first bad change. Nothing was changed. Problem type: `urn:partner-agent-status:problem:validation` (Invalid request). Or `Partner-Api-Version` (or the version your key is pinned to) is not a supported version: `urn:partner-agent-status:problem:unsupported-api-version` (Unsupported API version), with `supportedVersions`; this 400 comes after the 401 and the 429, and carries no `Partner-Api-Version`. */
+            400: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The `x-api-key` header is missing or not valid. Nothing was changed. Problem type: `urn:partner-agent-status:problem:unauthorized` (Missing or unknown API key). */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The first batch with this `Idempotency-Key` is still being made; repeat after `Retry-After` seconds. Problem type: `urn:partner-agent-status:problem:idempotency-key-in-use` (Idempotency key in use). */
+            409: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description Seconds to wait before repeating the request. */
+                    "retry-after"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is larger than 256 KiB. Nothing was changed. Problem type: `urn:partner-agent-status:problem:payload-too-large` (Request body too large). */
+            413: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not JSON in UTF-8, or has a `Content-Encoding`. Nothing was changed. Problem type: `urn:partner-agent-status:problem:unsupported-media-type` (Unsupported media type). */
+            415: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description This `Idempotency-Key` was used within 24 hours for another batch. Nothing was changed. Problem type: `urn:partner-agent-status:problem:idempotency-key-reused` (Idempotency key reused). */
+            422: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The remaining rate-limit allowance of your network cannot hold the batch (each change is one request), or its disables would exceed the disables at once. Nothing was changed and nothing of the allowance was used. Wait for `Retry-After` seconds. Problem types: `urn:partner-agent-status:problem:rate-limited` (Rate limit exceeded), `urn:partner-agent-status:problem:too-many-disables` (Too many disables in flight). */
+            429: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description The IETF draft RateLimit field, `"partner";r=<requests left>;t=<seconds until the window resets>`. */
+                    ratelimit?: string;
+                    /** @description The IETF draft RateLimit-Policy field, `"partner";q=<requests>;w=<window seconds>`, while a rate limit is configured. */
+                    "ratelimit-policy"?: string;
+                    /** @description Seconds to wait before repeating the request. */
+                    "retry-after"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The batch could not be recorded. Repeat it (with the same `Idempotency-Key`, it is never made twice). Problem type: `urn:partner-agent-status:problem:dependency-failure` (Dependency failure). */
+            500: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The service is overloaded or shutting down. Nothing was changed. Repeat after `Retry-After` seconds. Problem type: `urn:partner-agent-status:problem:unavailable` (Service unavailable). */
+            503: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description Seconds to wait before repeating the request. */
+                    "retry-after"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getAgentStatusBatch: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The API version to answer in (`YYYY-MM-DD`, matched exactly). Without it: your key's pinned version, else `2026-11-21`. */
+                "Partner-Api-Version"?: components["parameters"]["PartnerApiVersion"];
+                /** @description Identifies the request in our logs and in the `requestId` of a problem body. Send your own (1 to 128 characters of `A-Z a-z 0-9 . _ : @ / + = -`, a UUID say) to correlate with your logs; any other value is replaced by a generated UUID, and so is one with 16 or more characters in a row of `A-Z a-z 0-9 _ + / =` (it could be an API key, which is never echoed). */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
+            path: {
+                /** @description The batch, from the `Location` of its answer. */
+                batchId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The results as they stand. */
+            200: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The batch, readable for 24 hours at `GET /partner/agents/status/batch/{batchId}`.
+                         */
+                        batchId: string;
+                        /** @description One result per change, in request order. */
+                        results: {
+                            /** @description The change’s agent, as sent. */
+                            agentId: string;
+                            /** @description The body that single call would have answered: the status change (200), the agent’s status (202, a disable still pausing), or the problem object (404, 409, 500). */
+                            body: {
+                                [key: string]: unknown;
+                            };
+                            /** @description What `POST /partner/agents/status` would have answered for this change alone: 200, 202, 404, 409 or 500. */
+                            status: number;
+                        }[];
+                    };
+                };
+            };
+            /** @description The batch id is not a UUID. Problem type: `urn:partner-agent-status:problem:validation` (Invalid request). Or `Partner-Api-Version` (or the version your key is pinned to) is not a supported version: `urn:partner-agent-status:problem:unsupported-api-version` (Unsupported API version), with `supportedVersions`; this 400 comes after the 401 and the 429, and carries no `Partner-Api-Version`. */
+            400: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The `x-api-key` header is missing or not valid. Problem type: `urn:partner-agent-status:problem:unauthorized` (Missing or unknown API key). */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No batch with this id in your network (or it is older than 24 hours). Problem type: `urn:partner-agent-status:problem:not-found` (Not found). */
+            404: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Your network has used up its requests for this window (rate limit, counted across all replicas), or, on a disable, already has the maximum number of agents being disabled at once. Nothing was changed. Wait for `Retry-After` seconds. Problem types: `urn:partner-agent-status:problem:rate-limited` (Rate limit exceeded), `urn:partner-agent-status:problem:too-many-disables` (Too many disables in flight). */
+            429: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description The IETF draft RateLimit field, `"partner";r=<requests left>;t=<seconds until the window resets>`. */
+                    ratelimit?: string;
+                    /** @description The IETF draft RateLimit-Policy field, `"partner";q=<requests>;w=<window seconds>`, while a rate limit is configured. */
+                    "ratelimit-policy"?: string;
+                    /** @description Seconds to wait before repeating the request. */
+                    "retry-after"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The service is overloaded or shutting down. Nothing was changed. Repeat after `Retry-After` seconds. Problem type: `urn:partner-agent-status:problem:unavailable` (Service unavailable). */
+            503: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description Seconds to wait before repeating the request. */
+                    "retry-after"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listEvents: {
+        parameters: {
+            query?: {
+                /** @description A `nextCursor`, or the `id:` of a streamed event. */
+                after?: string;
+                /** @description Only this agent of your network. */
+                agentId?: string;
+                /** @description Events a page holds at most, 1 to 500 (default 100). */
+                limit?: string;
+                /** @description Comma-separated event types: agent.disabled, agent.enabled, agent.disable.completed, with or without the `partner-agent-status.` prefix. */
+                types?: string;
+            };
+            header?: {
+                /** @description The API version to answer in (`YYYY-MM-DD`, matched exactly). Without it: your key's pinned version, else `2026-11-21`. */
+                "Partner-Api-Version"?: components["parameters"]["PartnerApiVersion"];
+                /** @description Identifies the request in our logs and in the `requestId` of a problem body. Send your own (1 to 128 characters of `A-Z a-z 0-9 . _ : @ / + = -`, a UUID say) to correlate with your logs; any other value is replaced by a generated UUID, and so is one with 16 or more characters in a row of `A-Z a-z 0-9 _ + / =` (it could be an API key, which is never echoed). */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of events (application/json), or the stream (text/event-stream). */
+            200: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description The IETF draft RateLimit field, `"partner";r=<requests left>;t=<seconds until the window resets>`. */
+                    ratelimit?: string;
+                    /** @description The IETF draft RateLimit-Policy field, `"partner";q=<requests>;w=<window seconds>`, while a rate limit is configured. */
+                    "ratelimit-policy"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The network's events after the cursor, oldest first; an agent's in its commit order. */
+                        events: {
+                            data: {
+                                agentId: string;
+                                /** @description The change's number among the agent's changes (a completion: its disable's). */
+                                changeId: number;
+                                enabled: boolean;
+                                /** Format: uuid */
+                                networkId: string;
+                                /** @description Completions only: campaigns the disable paused. */
+                                pausedCampaignCount?: number;
+                            };
+                            /** @enum {string} */
+                            datacontenttype: "application/json";
+                            /**
+                             * Format: uuid
+                             * @description The event id: the same on NATS, in webhooks (`webhook-id`) and here.
+                             */
+                            id: string;
+                            source: string;
+                            /** @enum {string} */
+                            specversion: "1.0";
+                            /** @description The agent. */
+                            subject: string;
+                            /**
+                             * Format: date-time
+                             * @description When the change committed (within its statement).
+                             */
+                            time: string;
+                            /** @description partner-agent-status.agent.enabled, .agent.disabled or .agent.disable.completed. */
+                            type: string;
+                        }[];
+                        /** @description Whether more events may be read at once (false: caught up as of this read; poll again later). */
+                        hasMore: boolean;
+                        /** @description Where the next read starts (opaque): send it as `after`. Present even when no event came. */
+                        nextCursor: string;
+                    };
+                    "text/event-stream": string;
+                };
+            };
+            /** @description A malformed cursor, limit, types or agentId. Problem type: `urn:partner-agent-status:problem:validation` (Invalid request). Or `Partner-Api-Version` (or the version your key is pinned to) is not a supported version: `urn:partner-agent-status:problem:unsupported-api-version` (Unsupported API version), with `supportedVersions`; this 400 comes after the 401 and the 429, and carries no `Partner-Api-Version`. */
+            400: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The `x-api-key` header is missing or holds no valid key. Problem type: `urn:partner-agent-status:problem:unauthorized` (Missing or unknown API key). */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The cursor is older than the retention: the events after it are no longer kept. Problem type: `urn:partner-agent-status:problem:events-gone` (Events no longer kept). */
+            410: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Your network has used up its requests for this window, or (streams) already holds 5 streams. Wait for `Retry-After` seconds. Problem types: `urn:partner-agent-status:problem:rate-limited` (Rate limit exceeded), `urn:partner-agent-status:problem:too-many-streams` (Too many event streams). */
+            429: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description The IETF draft RateLimit field, `"partner";r=<requests left>;t=<seconds until the window resets>`. */
+                    ratelimit?: string;
+                    /** @description The IETF draft RateLimit-Policy field, `"partner";q=<requests>;w=<window seconds>`, while a rate limit is configured. */
+                    "ratelimit-policy"?: string;
+                    /** @description Seconds to wait before repeating the request. */
+                    "retry-after"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database did not answer. Repeat the request. Problem type: `urn:partner-agent-status:problem:dependency-failure` (Dependency failure). */
+            500: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The service is overloaded or shutting down. Nothing was changed. Repeat after `Retry-After` seconds. Problem type: `urn:partner-agent-status:problem:unavailable` (Service unavailable). */
+            503: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description Seconds to wait before repeating the request. */
+                    "retry-after"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     getOpenApiDocument: {
         parameters: {
             query?: {
@@ -758,6 +1308,8 @@ export interface operations {
                 version?: string;
             };
             header?: {
+                /** @description The ETag of a copy you hold: 304 with no body when it is still current. */
+                "if-none-match"?: string;
                 /** @description Identifies the request in our logs and in the `requestId` of a problem body. Send your own (1 to 128 characters of `A-Z a-z 0-9 . _ : @ / + = -`, a UUID say) to correlate with your logs; any other value is replaced by a generated UUID, and so is one with 16 or more characters in a row of `A-Z a-z 0-9 _ + / =` (it could be an API key, which is never echoed). */
                 "x-request-id"?: components["parameters"]["RequestId"];
             };
@@ -769,6 +1321,10 @@ export interface operations {
             /** @description The OpenAPI document. */
             200: {
                 headers: {
+                    /** @description Cacheable for 5 minutes, then revalidated by its ETag. */
+                    "cache-control"?: string;
+                    /** @description The version of this document (changes when the service does). */
+                    etag?: string;
                     "x-request-id": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
@@ -778,9 +1334,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The copy whose ETag you sent in If-None-Match is current. */
+            304: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description The version is not one of the API versions. Problem type: `urn:partner-agent-status:problem:unsupported-api-version` (Unsupported API version). */
             400: {
                 headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A flood of requests without a key (this document among them) is making the service busy: repeat after Retry-After seconds. Problem type: `urn:partner-agent-status:problem:unavailable` (Service unavailable). */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before repeating the request. */
+                    "retry-after"?: string;
                     "x-request-id": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
@@ -832,7 +1408,7 @@ export interface operations {
                              * @description The endpoint.
                              */
                             id: string;
-                            /** @description Whether deliveries are sent. The service disables an endpoint that answers 410, or whose every attempt failed for 5 days; retrying one of its deliveries enables it again. */
+                            /** @description Whether deliveries are sent. The service disables an endpoint that answers 410, or that has kept failing for 5 days (only two successes in a row stop that clock); `POST /partner/webhook-endpoints/{endpointId}/enable` enables it again. Retrying a delivery does not. */
                             status: "enabled" | "disabled";
                             /** @description Where deliveries are sent (HTTPS). */
                             url: string;
@@ -945,14 +1521,14 @@ export interface operations {
                         id: string;
                         /** @description The signing secret, `whsec_` and base64: shown only in this answer. Keep it like a password. */
                         secret: string;
-                        /** @description Whether deliveries are sent. The service disables an endpoint that answers 410, or whose every attempt failed for 5 days; retrying one of its deliveries enables it again. */
+                        /** @description Whether deliveries are sent. The service disables an endpoint that answers 410, or that has kept failing for 5 days (only two successes in a row stop that clock); `POST /partner/webhook-endpoints/{endpointId}/enable` enables it again. Retrying a delivery does not. */
                         status: "enabled" | "disabled";
                         /** @description Where deliveries are sent (HTTPS). */
                         url: string;
                     };
                 };
             };
-            /** @description The body is malformed, or the URL is not an HTTPS URL of a public address. Problem type: `urn:partner-agent-status:problem:validation` (Invalid request). Or `Partner-Api-Version` (or the version your key is pinned to) is not a supported version: `urn:partner-agent-status:problem:unsupported-api-version` (Unsupported API version), with `supportedVersions`; this 400 comes after the 401 and the 429, and carries no `Partner-Api-Version`. */
+            /** @description The body is malformed, or the URL is not an HTTPS URL on an allowed port of a host the service calls. Problem type: `urn:partner-agent-status:problem:validation` (Invalid request). Or `Partner-Api-Version` (or the version your key is pinned to) is not a supported version: `urn:partner-agent-status:problem:unsupported-api-version` (Unsupported API version), with `supportedVersions`; this 400 comes after the 401 and the 429, and carries no `Partner-Api-Version`. */
             400: {
                 headers: {
                     "partner-api-version": components["headers"]["PartnerApiVersion"];
@@ -984,7 +1560,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Your network has used up its requests for this window (rate limit, counted across all replicas), or, on a disable, already has the maximum number of agents being disabled at once. Nothing was changed. Wait for `Retry-After` seconds. Problem types: `urn:partner-agent-status:problem:rate-limited` (Rate limit exceeded), `urn:partner-agent-status:problem:too-many-disables` (Too many disables in flight). */
+            /** @description Over the rate limit, or too many registrations of your network are waiting for their host names to resolve. Wait for Retry-After seconds. Problem types: `urn:partner-agent-status:problem:rate-limited` (Rate limit exceeded), `urn:partner-agent-status:problem:webhook-lookups-busy` (Too many webhook registrations under way). */
             429: {
                 headers: {
                     "partner-api-version": components["headers"]["PartnerApiVersion"];
@@ -1362,6 +1938,132 @@ export interface operations {
                 };
             };
             /** @description No such endpoint in your network, or no such delivery of it (the same whether it exists elsewhere or nowhere). Problem type: `urn:partner-agent-status:problem:not-found` (Not found). */
+            404: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Your network has used up its requests for this window (rate limit, counted across all replicas), or, on a disable, already has the maximum number of agents being disabled at once. Nothing was changed. Wait for `Retry-After` seconds. Problem types: `urn:partner-agent-status:problem:rate-limited` (Rate limit exceeded), `urn:partner-agent-status:problem:too-many-disables` (Too many disables in flight). */
+            429: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description The IETF draft RateLimit field, `"partner";r=<requests left>;t=<seconds until the window resets>`. */
+                    ratelimit?: string;
+                    /** @description The IETF draft RateLimit-Policy field, `"partner";q=<requests>;w=<window seconds>`, while a rate limit is configured. */
+                    "ratelimit-policy"?: string;
+                    /** @description Seconds to wait before repeating the request. */
+                    "retry-after"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database did not answer. Repeat the request. Problem type: `urn:partner-agent-status:problem:dependency-failure` (Dependency failure). */
+            500: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The service is overloaded or shutting down. Nothing was changed. Repeat after `Retry-After` seconds. Problem type: `urn:partner-agent-status:problem:unavailable` (Service unavailable). */
+            503: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description Seconds to wait before repeating the request. */
+                    "retry-after"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    enableWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The API version to answer in (`YYYY-MM-DD`, matched exactly). Without it: your key's pinned version, else `2026-11-21`. */
+                "Partner-Api-Version"?: components["parameters"]["PartnerApiVersion"];
+                /** @description Identifies the request in our logs and in the `requestId` of a problem body. Send your own (1 to 128 characters of `A-Z a-z 0-9 . _ : @ / + = -`, a UUID say) to correlate with your logs; any other value is replaced by a generated UUID, and so is one with 16 or more characters in a row of `A-Z a-z 0-9 _ + / =` (it could be an API key, which is never echoed). */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
+            path: {
+                /** @description The endpoint. */
+                endpointId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint, enabled. */
+            200: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    /** @description The IETF draft RateLimit field, `"partner";r=<requests left>;t=<seconds until the window resets>`. */
+                    ratelimit?: string;
+                    /** @description The IETF draft RateLimit-Policy field, `"partner";q=<requests>;w=<window seconds>`, while a rate limit is configured. */
+                    "ratelimit-policy"?: string;
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: date-time
+                         * @description When it was registered.
+                         */
+                        createdAt: string;
+                        /** @description Why a disabled endpoint was disabled: `gone` (it answered 410) or `failing` (5 days of failed attempts). */
+                        disabledReason?: "gone" | "failing";
+                        /** @description The event types delivered to this endpoint. */
+                        eventTypes: ("agent.disabled" | "agent.enabled" | "agent.disable.completed")[];
+                        /**
+                         * Format: uuid
+                         * @description The endpoint.
+                         */
+                        id: string;
+                        /** @description Whether deliveries are sent. The service disables an endpoint that answers 410, or that has kept failing for 5 days (only two successes in a row stop that clock); `POST /partner/webhook-endpoints/{endpointId}/enable` enables it again. Retrying a delivery does not. */
+                        status: "enabled" | "disabled";
+                        /** @description Where deliveries are sent (HTTPS). */
+                        url: string;
+                    };
+                };
+            };
+            /** @description An id in the path is not a UUID. Problem type: `urn:partner-agent-status:problem:validation` (Invalid request). Or `Partner-Api-Version` (or the version your key is pinned to) is not a supported version: `urn:partner-agent-status:problem:unsupported-api-version` (Unsupported API version), with `supportedVersions`; this 400 comes after the 401 and the 429, and carries no `Partner-Api-Version`. */
+            400: {
+                headers: {
+                    "partner-api-version": components["headers"]["PartnerApiVersion"];
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The `x-api-key` header is missing or holds no valid key. Problem type: `urn:partner-agent-status:problem:unauthorized` (Missing or unknown API key). */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No endpoint with this id exists in your network (byte for byte the same whether it exists in another network or nowhere). Problem type: `urn:partner-agent-status:problem:not-found` (Not found). */
             404: {
                 headers: {
                     "partner-api-version": components["headers"]["PartnerApiVersion"];
