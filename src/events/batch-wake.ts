@@ -83,7 +83,11 @@ class ReplicaBatchWake implements BatchWake {
 
   private async listen(): Promise<void> {
     if (this.stopped) return;
-    const connection = new pg.Client({ connectionString: this.deps.databaseUrl, keepAlive: true, application_name: 'events-feed-listener' });
+    const connection = new pg.Client({
+      connectionString: this.deps.databaseUrl,
+      keepAlive: true,
+      application_name: 'events-feed-listener',
+    });
     this.client = connection;
     connection.on('notification', (message) => {
       if (message.channel === 'event_batches' && message.payload && /^\d+$/.test(message.payload)) this.announce(message.payload);
