@@ -157,7 +157,10 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
   // The worker's loops stop with the resources, before the pools they use close.
   startLoops(resources, worker.loops);
-  webhooks.sender.start();
+  // The sender's loops likewise; once they have stopped, the sender cuts what is still under way,
+  // gives back its leases and closes its connections (close() does this earlier, by its deadline).
+  resources.own('webhook sender', webhooks.sender, (sender) => sender.stop());
+  startLoops(resources, webhooks.sender.loops);
   // Each batch the relay takes makes its webhook deliveries: the sender looks at once.
   const relay = startEventsRelay(config, workerPool, { owner, metrics, logger, resources, onBatch: webhooks.sender.nudge });
 
