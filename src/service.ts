@@ -33,7 +33,7 @@ import { createSentPauses } from './stores/sent-pauses.js';
 import { createSpendManagementClient } from './stores/spend-management.js';
 import { boundedBy, serverBounds, statementsFor } from './stores/statements.js';
 import { createStatusBatches } from './stores/status-batches.js';
-import { createWebhookDeliveryStore } from './stores/webhook-deliveries.js';
+import { createWebhookDeliveryStore, type DeliveryBound } from './stores/webhook-deliveries.js';
 import { createWebhookEndpointStore } from './stores/webhook-endpoints.js';
 import { startLoops } from './workers/loops.js';
 
@@ -165,10 +165,20 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   const metricsServer = resources.own('metrics server', createMetricsServer(metrics), (server) => server.close());
   // The worker's loops stop with the resources, before the pools they use close.
   startLoops(resources, worker.loops);
-  webhooks.sender.start();
+  // The sender's loops likewise; once they have stopped, the sender cuts what is still under way,
+  // gives back its leases and closes its connections (close() does this earlier, by its deadline).
+  resources.own('webhook sender', webhooks.sender, (sender) => sender.stop());
+  startLoops(resources, webhooks.sender.loops);
   eventFeed.feed.start();
   // Each batch the relay takes makes its webhook deliveries: the sender looks at once.
-  const relay = startEventsRelay(config, workerPool, { owner, metrics, logger, resources, onBatch: webhooks.sender.nudge });
+  const relay = startEventsRelay(config, workerPool, {
+    owner,
+    metrics,
+    logger,
+    resources,
+    onBatch: webhooks.sender.nudge,
+    deliveryBound: webhooks.deliveryBound,
+  });
 
   // The service's one seam, for main.ts, npm run dev and the tests: the servers to listen on, and
   // what an operator's view or a test needs to look at or nudge (metrics, the key store and
@@ -219,9 +229,9 @@ export type Service = Awaited<ReturnType<typeof createService>>;
 function startEventsRelay(
   config: Config,
   workerPool: DatabasePool,
-  parts: { owner: string; metrics: Metrics; logger: Logger; resources: Resources; onBatch: () => void },
+  parts: { owner: string; metrics: Metrics; logger: Logger; resources: Resources; onBatch: () => void; deliveryBound: DeliveryBound },
 ) {
-  const { owner, metrics, logger, resources, onBatch } = parts;
+  const { owner, metrics, logger, resources, onBatch, deliveryBound } = parts;
   const { natsUrl, ...events } = config.events;
   const publisher = natsUrl
     ? resources.own('events publisher', createNatsPublisher({ url: natsUrl, ...events }, logger), (nats) => nats.close())
@@ -229,7 +239,7 @@ function startEventsRelay(
   const relay = resources.own(
     'events relay',
     new EventRelay({
-      batches: nudgingOnBatch(createEventBatchStore(workerPool, metrics), onBatch),
+      batches: nudgingOnBatch(createEventBatchStore(workerPool, metrics, deliveryBound), onBatch),
       outbox: createEventOutbox(workerPool, metrics),
       publisher,
       settings: {
@@ -262,15 +272,16 @@ function createWebhooks(
 ) {
   const { owner, metrics, logger } = parts;
   const box = createSecretBox(secretsKeyMaterial(config.webhooks.secretsKey, logger));
-  const deliveries = createWebhookDeliveryStore(pools.workerPool, metrics, {
-    secrets: box,
+  // The per-network bound on deliveries waiting, for the store's enqueue and the relay's batches alike.
+  const deliveryBound: DeliveryBound = {
     networkMaxPending: config.webhooks.networkMaxPending,
     onDropped: (networkId, count) =>
       logger.warn(
         { networkId, count, limit: config.webhooks.networkMaxPending },
         'webhook deliveries not made: the network has as many waiting as it may',
       ),
-  });
+  };
+  const deliveries = createWebhookDeliveryStore(pools.workerPool, metrics, { secrets: box, ...deliveryBound });
   const sender = createWebhookSender({
     store: deliveries,
     settings: config.webhooks,
@@ -302,7 +313,7 @@ function createWebhooks(
     refusalOfUrl: (url: string, networkId: string) =>
       refusalOfUrl(url, { ...addresses, resolveHost: (host) => lookups.resolve(host, networkId) }),
   };
-  return { deliveries, sender, routes, sealStoredSecrets };
+  return { deliveries, deliveryBound, sender, routes, sealStoredSecrets };
 }
 
 /** What the signing secrets' key is derived from: WEBHOOK_SECRETS_KEY, the file of WEBHOOK_SECRETS_KEY_FILE, or (never in production) the development key. */

@@ -6,6 +6,8 @@ import { sqlstateFields } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { AttemptOutcome } from '../observability/webhook-metrics.js';
 import type { ClaimedDelivery, WebhookDeliveryStore } from '../stores/webhook-deliveries.js';
+import { type Chore, Housekeeping } from '../workers/housekeeping.js';
+import { PollLoop } from '../workers/poll-loop.js';
 import { allowedRanges, ForbiddenAddress, guardedConnector, type Lookup } from './address-guard.js';
 import { dnsQuery } from './webhook-resolver.js';
 import { signedHeaders } from './webhook-signature.js';
@@ -18,7 +20,7 @@ const responseReadCap = 64 * 1024;
 const disableAfterFailingMs = 5 * 24 * 3600 * 1000;
 /** How long a finished delivery stays in the history (and can be sent again). */
 const retentionMs = 30 * 24 * 3600 * 1000;
-/** How often the sender prunes and forgets expired secrets. */
+/** How often the sender prunes, forgets expired secrets and closes idle dispatchers. */
 const housekeepingIntervalMs = 10_000;
 /**
  * Each round prunes batches until one comes back short or this time is up: up to a few thousand
@@ -94,37 +96,59 @@ interface EndpointDispatcher {
 }
 
 /**
- * The webhook sender of docs/interfaces.md §14, one per replica: a worker like the convergence
- * worker. Every poll (with jitter) it claims due deliveries up to its free capacity, spread over
- * networks and bounded per endpoint and per network (WEBHOOK_NETWORK_MAX_IN_FLIGHT), so that one
- * network's slow or failing endpoint never holds the capacity another network's deliveries need.
- * Each endpoint has connections of its own (never a pool per origin that every network on a shared
- * host would queue for), as many as it may have attempts under way: an attempt never waits for a
- * connection, so its time-out counts from the moment the request goes out. Each claim is a lease
- * longer than an attempt can last; the attempt's record is fenced by it; a replica that dies leaves
- * its leases to run out, and its deliveries are attempted again, with the same webhook-id, by any
- * replica. Its state is named fields of one object (a poll loop's instance).
+ * The webhook sender of docs/interfaces.md §14, one per replica, as instances of src/workers/ like
+ * the convergence worker. Its poll loop, every poll (with jitter), whenever an attempt ends and
+ * whenever nudged, claims due deliveries up to its free capacity, spread over networks and bounded
+ * per endpoint and per network (WEBHOOK_NETWORK_MAX_IN_FLIGHT), so that one network's slow or
+ * failing endpoint never holds the capacity another network's deliveries need. Each endpoint has
+ * connections of its own (never a pool per origin that every network on a shared host would queue
+ * for), as many as it may have attempts under way: an attempt never waits for a connection, so its
+ * time-out counts from the moment the request goes out. Each claim is a lease longer than an
+ * attempt can last; the attempt's record is fenced by it; a replica that dies leaves its leases to
+ * run out, and its deliveries are attempted again, with the same webhook-id, by any replica. Its
+ * housekeeping (off the claim path) prunes, forgets expired secrets, closes idle dispatchers and
+ * reads the gauges. The service starts and stops both loops through its resources.
  */
 export class WebhookSender {
   private readonly shutdown = new AbortController();
-  private readonly running = new Set<Promise<void>>();
   private readonly dispatchers = new Map<string, EndpointDispatcher>();
   private readonly connectorOptions: Parameters<typeof guardedConnector>[0];
-  private readonly perNetworkInFlight: number;
-  private timer: NodeJS.Timeout | undefined;
-  private polling: Promise<void> | undefined;
-  private pollAgain = false;
-  private nudged: NodeJS.Timeout | undefined;
-  private lastHousekeeping = Number.NEGATIVE_INFINITY;
-  private lastStats = Number.NEGATIVE_INFINITY;
-  private stopped = true;
+  private readonly delivering: PollLoop<ClaimedDelivery>;
+  private readonly housekeeping: Housekeeping;
+  private stopping: Promise<void> | undefined;
 
   constructor(private readonly deps: WebhookSenderDeps) {
-    const { settings } = deps;
-    this.perNetworkInFlight = settings.networkMaxInFlight;
+    const { settings, log, metrics } = deps;
     const allowed = settings.allowedCidrs.length > 0 ? allowedRanges(settings.allowedCidrs) : undefined;
     this.connectorOptions = { allowed, allowedPorts: settings.allowedPorts, connectTimeoutMs: settings.timeoutMs, resolve: deps.resolve };
+    this.delivering = new PollLoop<ClaimedDelivery>(
+      {
+        name: 'webhooks',
+        claim: (free, leaseMs) => this.claim(free, leaseMs),
+        work: (claim) => this.work(claim),
+        describe: (claim) => ({ deliveryId: claim.id, endpointId: claim.endpointId, networkId: claim.networkId }),
+      },
+      {
+        pollIntervalMs: settings.pollIntervalMs,
+        concurrency: settings.concurrency,
+        leaseMs: deps.leaseMs,
+        // A slot that frees may be filled at once; slots freed together are filled by one claim.
+        claimWhenFreed: true,
+        nudgeDelayMs,
+      },
+      { log, metrics },
+    );
+    // Looked at every poll interval, so each chore runs close to its period (the pruning rate).
+    this.housekeeping = new Housekeeping(this.chores(), { log, metrics, name: 'webhook_housekeeping', tickMs: settings.pollIntervalMs });
   }
+
+  /** The loops, for the service's resources (started in this order, stopped in reverse). */
+  get loops(): readonly [Housekeeping, PollLoop<ClaimedDelivery>] {
+    return [this.housekeeping, this.delivering];
+  }
+
+  /** A claim soon (new deliveries): after a few milliseconds, so that what comes together is claimed together. */
+  readonly nudge = (): void => this.delivering.nudge();
 
   /**
    * The endpoint's own dispatcher: its connections serve it alone, and its names are resolved on
@@ -157,6 +181,16 @@ export class WebhookSender {
     }
   }
 
+  /** The due deliveries the loop may start, up to its free slots, within the per-endpoint and per-network bounds. */
+  private async claim(free: number, leaseMs: number): Promise<readonly ClaimedDelivery[]> {
+    const { claims, heldBack } = await this.deps.store.claimDue(this.deps.owner, leaseMs, free, {
+      perEndpoint: perEndpointInFlight,
+      perNetwork: this.deps.settings.networkMaxInFlight,
+    });
+    if (heldBack > 0) this.deps.metrics.webhooks.networkInFlightBound.inc();
+    return claims;
+  }
+
   private async send(claim: ClaimedDelivery): Promise<{ outcome: AttemptOutcome; statusCode: number | null; retryAfter?: number }> {
     const { timeoutMs } = this.deps.settings;
     const at = new Date();
@@ -187,6 +221,20 @@ export class WebhookSender {
     } catch (error) {
       if (this.shutdown.signal.aborted) throw error;
       return { outcome: outcomeOfError(error, timeout.aborted), statusCode: null };
+    }
+  }
+
+  /** One claimed delivery's attempt, recorded; a record that does not reach the database leaves the lease to run out. */
+  private async work(claim: ClaimedDelivery): Promise<void> {
+    try {
+      await this.attempt(claim);
+    } catch (error) {
+      if (this.shutdown.signal.aborted) return;
+      // The record did not reach the database: the lease runs out and the delivery is tried again.
+      this.deps.log.warn(
+        { deliveryId: claim.id, reason: (error as Error).message, ...sqlstateFields(error) },
+        'webhook attempt could not be recorded; it is tried again once its lease ends',
+      );
     }
   }
 
@@ -235,128 +283,65 @@ export class WebhookSender {
     else log.info({ ...fields, nextAttemptInMs: retryInMs ?? null }, 'webhook attempt failed');
   }
 
-  private begin(claim: ClaimedDelivery): void {
-    const run = this.attempt(claim)
-      .catch((error: unknown) => {
-        if (this.shutdown.signal.aborted) return;
-        // The record did not reach the database: the lease runs out and the delivery is tried again.
-        this.deps.log.warn(
-          { deliveryId: claim.id, reason: (error as Error).message, ...sqlstateFields(error) },
-          'webhook attempt could not be recorded; it is tried again once its lease ends',
-        );
-      })
-      .finally(() => {
-        this.running.delete(run);
-        // A slot is free: more of what is due may be taken at once.
-        this.nudge();
-      });
-    this.running.add(run);
-  }
-
   /**
    * The sender's upkeep, off the claim path: pruning finished deliveries in batches until none is
    * left over or the round's time is up (faster than any write rate the per-network bounds let
-   * through), forgetting previous secrets past their overlap, closing idle dispatchers.
+   * through), forgetting previous secrets past their overlap, closing idle dispatchers, and reading
+   * the gauges' figures now and then (a count of every waiting delivery is no part of the claim's path).
    */
-  private async housekeeping(): Promise<void> {
+  private chores(): Chore[] {
     const { store, metrics, log } = this.deps;
-    const deadline = performance.now() + pruneRoundMs;
-    let pruned = 0;
-    for (;;) {
-      const batch = await store.prune(retentionMs, pruneBatch);
-      pruned += batch;
-      if (batch < pruneBatch || performance.now() > deadline || this.stopped) break;
-    }
-    metrics.webhooks.pruned.inc(pruned);
-    if (pruned > 0) log.info({ count: pruned }, 'finished webhook deliveries older than 30 days deleted');
-    const dropped = await store.dropExpiredSecrets();
-    if (dropped > 0) log.info({ count: dropped }, 'previous webhook signing secrets past their overlap forgotten');
-    this.closeIdleDispatchers();
-  }
-
-  /**
-   * Claims what is due, up to the free slots; the timed polls also do the upkeep and read the
-   * gauges' figures now and then (never on every poll: a count of every waiting delivery is no
-   * part of the claim's path).
-   */
-  private async poll(timed = true): Promise<void> {
-    const { store, settings, metrics, log } = this.deps;
-    try {
-      if (timed && performance.now() - this.lastHousekeeping >= housekeepingIntervalMs) {
-        this.lastHousekeeping = performance.now();
-        await this.housekeeping();
-      }
-      if (timed && performance.now() - this.lastStats >= statsIntervalMs) {
-        this.lastStats = performance.now();
-        const stats = await store.stats();
-        metrics.webhooks.pending.set(stats.pending);
-        metrics.webhooks.oldestDueAge.set(stats.oldestDueAgeSeconds);
-      }
-      const free = settings.concurrency - this.running.size;
-      if (this.stopped || free <= 0) return;
-      const { claims, heldBack } = await store.claimDue(this.deps.owner, this.deps.leaseMs, free, {
-        perEndpoint: perEndpointInFlight,
-        perNetwork: this.perNetworkInFlight,
-      });
-      if (heldBack > 0) metrics.webhooks.networkInFlightBound.inc();
-      for (const claim of claims) this.begin(claim);
-    } catch (error) {
-      log.warn({ reason: (error as Error).message, ...sqlstateFields(error) }, 'webhook sender could not poll; trying again');
-    }
-  }
-
-  private runPoll(timed: boolean): void {
-    this.polling = this.poll(timed).finally(() => {
-      this.polling = undefined;
-      if (this.pollAgain && !this.stopped) {
-        this.pollAgain = false;
-        this.runPoll(false);
-      }
-    });
-  }
-
-  /**
-   * A claim soon (new deliveries, or a free slot): after a few milliseconds, so that the slots
-   * freed meanwhile are filled by one claim; after the poll under way when there is one.
-   */
-  readonly nudge = (): void => {
-    if (this.stopped || this.nudged) return;
-    this.nudged = setTimeout(() => {
-      this.nudged = undefined;
-      if (this.polling) this.pollAgain = true;
-      else this.runPoll(false);
-    }, nudgeDelayMs);
-  };
-
-  private schedule(): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(
-      () => {
-        if (this.polling) this.pollAgain = true;
-        else this.runPoll(true);
-        this.schedule();
+    return [
+      {
+        name: 'webhook_deliveries_prune',
+        everyMs: housekeepingIntervalMs,
+        async run(stopped) {
+          const deadline = performance.now() + pruneRoundMs;
+          let pruned = 0;
+          for (;;) {
+            const batch = await store.prune(retentionMs, pruneBatch);
+            pruned += batch;
+            if (batch < pruneBatch || performance.now() > deadline || stopped()) break;
+          }
+          metrics.webhooks.pruned.inc(pruned);
+          if (pruned > 0) log.info({ count: pruned }, 'finished webhook deliveries older than 30 days deleted');
+        },
       },
-      this.deps.settings.pollIntervalMs * (0.5 + Math.random()),
-    );
-  }
-
-  start(): void {
-    this.stopped = false;
-    this.runPoll(true);
-    this.schedule();
+      {
+        name: 'webhook_expired_secrets',
+        everyMs: housekeepingIntervalMs,
+        async run() {
+          const dropped = await store.dropExpiredSecrets();
+          if (dropped > 0) log.info({ count: dropped }, 'previous webhook signing secrets past their overlap forgotten');
+        },
+      },
+      { name: 'webhook_idle_dispatchers', everyMs: housekeepingIntervalMs, run: async () => this.closeIdleDispatchers() },
+      {
+        name: 'webhook_gauges',
+        everyMs: statsIntervalMs,
+        async run() {
+          const stats = await store.stats();
+          metrics.webhooks.pending.set(stats.pending);
+          metrics.webhooks.oldestDueAge.set(stats.oldestDueAgeSeconds);
+        },
+      },
+    ];
   }
 
   /**
    * Claims nothing more; attempts under way may finish until `deadline` (performance.now()
    * time), then are cut off, and every lease this replica still holds is given back at once.
+   * Stopping twice stops once (the service's close, then its resources).
    */
-  async stop(deadline = performance.now()): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    clearTimeout(this.nudged);
-    await this.polling;
+  stop(deadline = performance.now()): Promise<void> {
+    this.stopping ??= this.stopBy(deadline);
+    return this.stopping;
+  }
+
+  private async stopBy(deadline: number): Promise<void> {
+    await Promise.all([this.delivering.stop(), this.housekeeping.stop()]);
     const late = setTimeout(() => this.shutdown.abort(), Math.max(0, deadline - performance.now()));
-    while (this.running.size > 0) await Promise.allSettled([...this.running]);
+    await this.delivering.drained();
     clearTimeout(late);
     const released = await this.deps.store.releaseOwned(this.deps.owner).catch(() => 0);
     if (released > 0) this.deps.log.info({ count: released }, 'released webhook deliveries for another replica');

@@ -3,7 +3,14 @@ import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
 import { eventTypePrefix } from './event-outbox.js';
 import { postgresCall, seconds } from './postgres.js';
-import { deliveriesOf } from './webhook-deliveries.js';
+import {
+  countDropped,
+  type DeliveryBound,
+  deliveriesOf,
+  droppedDeliveries,
+  droppedDeliveriesJson,
+  maxPendingOf,
+} from './webhook-deliveries.js';
 
 /**
  * The events of docs/interfaces.md §14 as the history rows themselves (docs/events-order.md,
@@ -55,8 +62,15 @@ const takenRow = z.object({
   events: z.number().nullable(),
   rows: z.array(eventRow),
   fanned_out: z.boolean(),
+  dropped: droppedDeliveries,
 });
-const fannedRow = z.object({ held: z.boolean(), n: z.number(), batch_id: z.string().nullable(), position: z.string().nullable() });
+const fannedRow = z.object({
+  held: z.boolean(),
+  n: z.number(),
+  batch_id: z.string().nullable(),
+  position: z.string().nullable(),
+  dropped: droppedDeliveries,
+});
 const heldRow = z.object({ held: z.boolean() });
 const countRow = z.object({ n: z.number() });
 const cursorRow = z.object({ batch_id: z.string(), position: z.string().nullable() });
@@ -152,8 +166,13 @@ export interface EventBatchStore {
   prune(retentionMs: number, limit: number): Promise<number>;
 }
 
-export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): EventBatchStore {
+/**
+ * `webhooks`: the per-network bound on deliveries waiting (WEBHOOK_NETWORK_MAX_PENDING), held by
+ * the deliveries take and fanOut make as by the deliveries store's enqueue, and counted alike.
+ */
+export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webhooks: DeliveryBound = {}): EventBatchStore {
   const timed = postgresCall(metrics);
+  const maxPending = maxPendingOf(webhooks);
   return {
     acquire: (role, holder, token, leaseMs) =>
       timed('acquire_relay_lease', async () => {
@@ -213,14 +232,15 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
           ), webhooks_moved AS (
             UPDATE event_consumers SET batch_id = ${prev.id}::bigint + 1, position = NULL, updated_at = now()
             WHERE name = 'webhooks' AND (SELECT ok FROM whole)
-          ), ${deliveriesOf(sql.fragment`SELECT b.event_id AS id, b.network_id, b.type, b.event AS body FROM batch b WHERE (SELECT ok FROM whole)`)}
+          ), ${deliveriesOf(sql.fragment`SELECT b.event_id AS id, b.network_id, b.type, b.event AS body FROM batch b WHERE (SELECT ok FROM whole)`, maxPending)}
           SELECT EXISTS (SELECT 1 FROM lease) AS held, r.id::text AS id, r.snapshot::text AS snapshot, r.events,
-                 (SELECT ok FROM whole) AS fanned_out,
+                 (SELECT ok FROM whole) AS fanned_out, ${droppedDeliveriesJson} AS dropped,
                  coalesce((SELECT json_agg(json_build_object('position', b."position", 'id', b.id, 'networkId', b."networkId",
                                     'agentId', b."agentId", 'type', b.type, 'event', b.event, 'ageSeconds', b."ageSeconds")
                                     ORDER BY b.pos)
                            FROM batch b), '[]'::json) AS rows
           FROM (SELECT 1) one LEFT JOIN recorded r ON true`);
+        countDropped(row.dropped, metrics, webhooks);
         const batch =
           row.id !== null && row.snapshot !== null ? { id: row.id, snapshot: row.snapshot, events: row.events ?? 0 } : undefined;
         return { held: row.held, batch, events: batch ? row.rows : [], fannedOut: row.fanned_out };
@@ -244,9 +264,10 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
             WHERE name = 'webhooks' AND batch_id = ${previous.id}::bigint AND position IS NOT DISTINCT FROM ${afterPosition}::bigint
               AND EXISTS (SELECT 1 FROM lease)
             RETURNING batch_id::text, position::text
-          ), ${deliveriesOf(sql.fragment`SELECT p.event_id AS id, p.network_id, p.type, p.body FROM page p WHERE EXISTS (SELECT 1 FROM moved)`)}
+          ), ${deliveriesOf(sql.fragment`SELECT p.event_id AS id, p.network_id, p.type, p.body FROM page p WHERE EXISTS (SELECT 1 FROM moved)`, maxPending)}
           SELECT EXISTS (SELECT 1 FROM moved) AS held, (SELECT count(*) FROM page)::int AS n,
-                 (SELECT batch_id FROM moved) AS batch_id, (SELECT position FROM moved) AS position`);
+                 (SELECT batch_id FROM moved) AS batch_id, (SELECT position FROM moved) AS position, ${droppedDeliveriesJson} AS dropped`);
+        countDropped(row.dropped, metrics, webhooks);
         return {
           held: row.held,
           events: row.n,

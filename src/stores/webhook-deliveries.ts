@@ -5,7 +5,9 @@ import { postgresCall, seconds } from './postgres.js';
 import type { SecretBox } from './secret-box.js';
 
 const countRow = z.object({ n: z.number() });
-const enqueuedRow = z.object({ n: z.number(), dropped: z.array(z.object({ network_id: z.string(), n: z.number() })) });
+/** A statement's `webhook_deliveries_dropped` (droppedDeliveriesJson): each network's deliveries not made. */
+export const droppedDeliveries = z.array(z.object({ network_id: z.string(), n: z.number() }));
+const enqueuedRow = z.object({ n: z.number(), dropped: droppedDeliveries });
 const claimRow = z.object({
   id: z.string(),
   network_id: z.string(),
@@ -146,13 +148,32 @@ export const deliveriesOf = (events: FragmentSqlToken, maxPendingPerNetwork = de
     GROUP BY c.network_id
   )`;
 
-export interface WebhookDeliveryStoreOptions {
-  /** Opens the stored (sealed) signing secrets; absent: they are used as stored. */
-  secrets?: SecretBox;
+/** A column for the final SELECT of a statement with deliveriesOf: its `webhook_deliveries_dropped` as JSON (droppedDeliveries). */
+export const droppedDeliveriesJson = sql.fragment`
+  coalesce((SELECT json_agg(json_build_object('network_id', network_id, 'n', n)) FROM webhook_deliveries_dropped), '[]'::json)`;
+
+/** The per-network bound on deliveries waiting, for every statement that makes deliveries (deliveriesOf). */
+export interface DeliveryBound {
   /** WEBHOOK_NETWORK_MAX_PENDING. */
   networkMaxPending?: number;
   /** A network's deliveries were not made: it has as many waiting as it may. */
   onDropped?: (networkId: string, count: number) => void;
+}
+
+/** The bound's cap: WEBHOOK_NETWORK_MAX_PENDING, or its default. */
+export const maxPendingOf = (bound: DeliveryBound): number => bound.networkMaxPending ?? defaultNetworkMaxPending;
+
+/** Counts what a statement did not make into webhook_deliveries_dropped_total, and tells the bound's onDropped (the log line). */
+export function countDropped(dropped: z.infer<typeof droppedDeliveries>, metrics: Metrics, bound: DeliveryBound): void {
+  for (const { network_id, n } of dropped) {
+    metrics.webhooks.deliveriesDropped.inc(n);
+    bound.onDropped?.(network_id, n);
+  }
+}
+
+export interface WebhookDeliveryStoreOptions extends DeliveryBound {
+  /** Opens the stored (sealed) signing secrets; absent: they are used as stored. */
+  secrets?: SecretBox;
 }
 
 export function createWebhookDeliveryStore(
@@ -161,7 +182,7 @@ export function createWebhookDeliveryStore(
   options: WebhookDeliveryStoreOptions = {},
 ): WebhookDeliveryStore {
   const timed = postgresCall(metrics);
-  const maxPending = options.networkMaxPending ?? defaultNetworkMaxPending;
+  const maxPending = maxPendingOf(options);
   return {
     enqueue: (events) =>
       timed('enqueue_webhook_deliveries', async () => {
@@ -184,12 +205,8 @@ export function createWebhookDeliveryStore(
         );
         const row = await pool.one(sql.type(enqueuedRow)`
           WITH ${deliveriesOf(sql.fragment`SELECT * FROM unnest(${ids}, ${networks}, ${types}, ${bodies}) AS ev(id, network_id, type, body)`, maxPending)}
-          SELECT (SELECT count(*)::int FROM webhook_deliveries_made) AS n,
-                 coalesce((SELECT json_agg(json_build_object('network_id', network_id, 'n', n)) FROM webhook_deliveries_dropped), '[]'::json) AS dropped`);
-        for (const { network_id, n } of row.dropped) {
-          metrics.webhooks.deliveriesDropped.inc(n);
-          options.onDropped?.(network_id, n);
-        }
+          SELECT (SELECT count(*)::int FROM webhook_deliveries_made) AS n, ${droppedDeliveriesJson} AS dropped`);
+        countDropped(row.dropped, metrics, options);
         return row.n;
       }),
     claimDue: (owner, leaseMs, limit, { perEndpoint, perNetwork }) =>

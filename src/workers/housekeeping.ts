@@ -8,7 +8,7 @@ import { sqlstateFields } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 
 export interface Chore {
-  /** Its name in logs and metrics (background_loop_failures_total{loop="housekeeping",stage}). */
+  /** Its name in logs and metrics (background_loop_failures_total{loop,stage}: loop is the housekeeping's name). */
   readonly name: string;
   /** How often it runs. */
   readonly everyMs: number;
@@ -18,28 +18,39 @@ export interface Chore {
 
 /**
  * Runs each chore every `everyMs` (the first turn at start), one chore at a time so housekeeping
- * never holds more than one connection; a turn of the loop looks at every `tickMs` (the shortest
- * period of its chores, jittered) which chores are due.
+ * never holds more than one connection; a turn of the loop looks at every `tickMs` (by default the
+ * shortest period of its chores; jittered) which chores are due. A service may keep more than one
+ * (one per feature): each has its own `name` (default `housekeeping`) in its logs and metrics.
  */
 export class Housekeeping {
   private readonly lastRun = new Map<string, number>();
   private readonly clock: Clock;
   private readonly tickMs: number;
+  private readonly loopName: string;
   private timer: Timer | undefined;
   private turn: Promise<void> | undefined;
   private stopped = true;
 
   constructor(
     private readonly chores: readonly Chore[],
-    private readonly parts: { log: Logger; metrics: Pick<Metrics, 'backgroundLoopFailures'>; clock?: Clock },
+    private readonly parts: {
+      log: Logger;
+      metrics: Pick<Metrics, 'backgroundLoopFailures'>;
+      clock?: Clock;
+      /** Its name in logs, metrics and the resources (default `housekeeping`). */
+      name?: string;
+      /** How often it looks which chores are due (default: the shortest period), so that a chore runs close to its period. */
+      tickMs?: number;
+    },
   ) {
     this.clock = parts.clock ?? systemClock;
-    this.tickMs = Math.min(...chores.map((chore) => chore.everyMs));
-    for (const chore of chores) parts.metrics.backgroundLoopFailures.inc({ loop: 'housekeeping', stage: chore.name }, 0);
+    this.loopName = parts.name ?? 'housekeeping';
+    this.tickMs = Math.min(parts.tickMs ?? Number.POSITIVE_INFINITY, ...chores.map((chore) => chore.everyMs));
+    for (const chore of chores) parts.metrics.backgroundLoopFailures.inc({ loop: this.loopName, stage: chore.name }, 0);
   }
 
   get name(): string {
-    return 'housekeeping';
+    return this.loopName;
   }
 
   start(): void {
@@ -84,9 +95,9 @@ export class Housekeeping {
     try {
       await chore.run(() => this.stopped);
     } catch (error) {
-      this.parts.metrics.backgroundLoopFailures.inc({ loop: 'housekeeping', stage: chore.name });
+      this.parts.metrics.backgroundLoopFailures.inc({ loop: this.loopName, stage: chore.name });
       this.parts.log.warn(
-        { loop: 'housekeeping', chore: chore.name, reason: (error as Error).message, ...sqlstateFields(error) },
+        { loop: this.loopName, chore: chore.name, reason: (error as Error).message, ...sqlstateFields(error) },
         'housekeeping chore failed; trying again at its next turn',
       );
     }

@@ -43,6 +43,16 @@ export interface PollLoopSettings {
   maxBackoffMs?: number;
   /** Whether stop() waits for the items being worked (default: no, their own stop is the runner's). */
   drainOnStop?: boolean;
+  /**
+   * Claims again whenever an item's work ends (a slot is free: more of what is due may be taken at
+   * once), rather than only while claims come back full (roundsPerPoll). Default: no.
+   */
+  claimWhenFreed?: boolean;
+  /**
+   * How long a nudge waits before it polls, so that nudges close together (slots freed together,
+   * a relay's batch) make one claim. Default 0: at once. start() and the timed polls never wait.
+   */
+  nudgeDelayMs?: number;
 }
 
 export interface LoopParts {
@@ -62,6 +72,8 @@ export class PollLoop<T> {
   private readonly running = new Set<Promise<void>>();
   private readonly clock: Clock;
   private timer: Timer | undefined;
+  /** A delayed nudge's timer (nudgeDelayMs). */
+  private nudged: Timer | undefined;
   private polling: Promise<void> | undefined;
   private stopped = true;
   private failedPolls = 0;
@@ -86,11 +98,29 @@ export class PollLoop<T> {
   start(): void {
     if (!this.stopped) return;
     this.stopped = false;
-    this.nudge();
+    this.pollSoon();
   }
 
-  /** Polls now (or right after the poll under way): there may be something due. */
-  nudge(): void {
+  /**
+   * Polls now, or after nudgeDelayMs (nudges meanwhile join it), or right after the poll under
+   * way: there may be something due. A bound method: it can be handed out as a callback.
+   */
+  readonly nudge = (): void => {
+    if (this.stopped) return;
+    const delay = this.settings.nudgeDelayMs ?? 0;
+    if (delay <= 0) {
+      this.pollSoon();
+      return;
+    }
+    if (this.nudged !== undefined) return;
+    this.nudged = this.clock.setTimer(() => {
+      this.nudged = undefined;
+      this.pollSoon();
+    }, delay);
+  };
+
+  /** Polls now, or right after the poll under way. */
+  private pollSoon(): void {
     if (this.stopped) return;
     if (this.polling) {
       this.again = true;
@@ -102,7 +132,7 @@ export class PollLoop<T> {
       this.polling = undefined;
       if (this.again) {
         this.again = false;
-        this.nudge();
+        this.pollSoon();
       } else {
         this.schedule();
       }
@@ -123,7 +153,9 @@ export class PollLoop<T> {
   async stop(): Promise<void> {
     this.stopped = true;
     this.clock.clearTimer(this.timer);
+    this.clock.clearTimer(this.nudged);
     this.timer = undefined;
+    this.nudged = undefined;
     await this.polling;
     if (this.settings.drainOnStop) await this.drained();
   }
@@ -133,7 +165,7 @@ export class PollLoop<T> {
     if (this.stopped || pollIntervalMs === undefined) return;
     const backoff = Math.min(pollIntervalMs * 2 ** this.failedPolls, maxBackoffMs ?? pollIntervalMs * 16);
     const delay = Math.max(pollIntervalMs, backoff) * (0.5 + Math.random());
-    this.timer = this.clock.setTimer(() => this.nudge(), delay);
+    this.timer = this.clock.setTimer(() => this.pollSoon(), delay);
   }
 
   private async poll(): Promise<void> {
@@ -164,7 +196,8 @@ export class PollLoop<T> {
     this.running.add(work);
     void work.finally(() => {
       this.running.delete(work);
-      if (this.rounds > 0 && this.rounds < (this.settings.roundsPerPoll ?? 1)) this.nudge();
+      if (this.settings.claimWhenFreed) this.nudge();
+      else if (this.rounds > 0 && this.rounds < (this.settings.roundsPerPoll ?? 1)) this.nudge();
       else if (this.running.size === 0) this.rounds = 0;
     });
   }

@@ -257,6 +257,49 @@ describe('a flood of deliveries', () => {
     expectUnaffected('deliveries beside a flood of deliveries', alone, beside);
   });
 
+  it("the relay's batches hold the bound too: a network at its bound gets no deliveries from a relayed batch, counted as dropped", async () => {
+    const hangs = await receiver({ otherwise: 'hang' });
+    const hookB = await receiver();
+    const endpointA = await register(keyA, hangs.url);
+    await register(keyB, hookB.url);
+    // A has as many deliveries waiting as it may, none due within the test.
+    await db.pool.query(
+      `INSERT INTO webhook_deliveries (endpoint_id, network_id, event_id, event_type, body, next_attempt_at)
+       SELECT $1, $2, gen_random_uuid(), 'agent.disabled', '{}', now() + interval '1 hour' FROM generate_series(1, $3::int)`,
+      [endpointA.id, networkA, maxPending],
+    );
+    const dropped = () => counter('webhook_deliveries_dropped_total');
+    const droppedBefore = await dropped();
+    const [agentA, agentB] = await Promise.all([db.agent(networkA), db.agent(networkB)]);
+    // Each change writes its events; the relay takes them in a batch and makes the deliveries.
+    for (const [key, agentId] of [
+      [keyA, agentA],
+      [keyB, agentB],
+    ] as const) {
+      const disabled = await svc.setStatus(key, agentId, false);
+      expect(disabled.statusCode, disabled.body).toBeLessThan(300);
+    }
+    let droppedNow = droppedBefore;
+    await waitFor(
+      async () => {
+        droppedNow = await dropped();
+        return droppedNow > droppedBefore && hookB.received.length > 0;
+      },
+      { timeoutMs: 15_000, intervalMs: 50, failure: () => `dropped ${droppedBefore} → ${droppedNow}, B received ${hookB.received.length}` },
+    );
+    const { rows } = await db.pool.query(
+      'SELECT count(*)::int AS n, count(*) FILTER (WHERE body LIKE $2)::int AS relayed FROM webhook_deliveries WHERE network_id = $1',
+      [networkA, `%${agentA}%`],
+    );
+    expect(rows[0]).toEqual({ n: maxPending, relayed: 0 });
+    const told = svc.logs
+      .records()
+      .find((record) => record.msg?.toString().startsWith('webhook deliveries not made') && record.networkId === networkA);
+    expect(told).toMatchObject({ limit: maxPending, count: expect.any(Number) });
+    // B, in the same batches, was not held back by A's bound.
+    expect(hookB.received.some((got) => got.body.includes(agentB))).toBe(true);
+  });
+
   it('prunes finished deliveries far faster than the fan-out can write them', async () => {
     const hook = await receiver();
     const endpoint = await register(keyA, hook.url);

@@ -12,7 +12,15 @@ import { fakeClock } from '../support/clock.js';
 const log = createLogger('silent');
 
 /** A queue of numbered items behind a poll loop, with what it claimed, worked and released. */
-function queueLoop(options: { due: number; concurrency: number; workMs?: number; pollIntervalMs?: number; roundsPerPoll?: number }) {
+function queueLoop(options: {
+  due: number;
+  concurrency: number;
+  workMs?: number;
+  pollIntervalMs?: number;
+  roundsPerPoll?: number;
+  claimWhenFreed?: boolean;
+  nudgeDelayMs?: number;
+}) {
   const clock = fakeClock();
   const metrics = createMetrics({ collectDefaults: false });
   const seen = { claims: [] as number[], worked: [] as number[], released: [] as number[], claimFails: 0 };
@@ -44,6 +52,8 @@ function queueLoop(options: { due: number; concurrency: number; workMs?: number;
       concurrency: options.concurrency,
       leaseMs: 10_000,
       roundsPerPoll: options.roundsPerPoll,
+      claimWhenFreed: options.claimWhenFreed,
+      nudgeDelayMs: options.nudgeDelayMs,
     },
     { log, metrics, clock },
   );
@@ -124,6 +134,40 @@ describe('the poll loop', () => {
   });
 });
 
+describe('the poll loop as the webhook sender uses it', () => {
+  it('claims again whenever an item ends, so a freed slot is filled before the next poll', async () => {
+    const { loop, seen } = queueLoop({ due: 5, concurrency: 2, workMs: 10, pollIntervalMs: 60_000, claimWhenFreed: true });
+    loop.start();
+    await vi.advanceTimersByTimeAsync(100);
+    expect(seen.worked.sort()).toEqual([0, 1, 2, 3, 4]);
+    // Without it, the same loop waits for its next poll, a minute away.
+    const waiting = queueLoop({ due: 5, concurrency: 2, workMs: 10, pollIntervalMs: 60_000 });
+    waiting.loop.start();
+    await vi.advanceTimersByTimeAsync(100);
+    expect(waiting.seen.worked.sort()).toEqual([0, 1]);
+    await Promise.all([loop.stop(), waiting.loop.stop()]);
+  });
+
+  it('waits nudgeDelayMs after a nudge, so nudges close together make one claim; a stop drops the nudge', async () => {
+    const { loop, seen } = queueLoop({ due: 100, concurrency: 10, pollIntervalMs: 60_000, nudgeDelayMs: 5 });
+    loop.start();
+    await vi.advanceTimersByTimeAsync(1);
+    expect(seen.claims).toEqual([10]);
+    // A bound method: handed out as a callback, as the relay's batches do.
+    const { nudge } = loop;
+    nudge();
+    nudge();
+    await vi.advanceTimersByTimeAsync(3);
+    expect(seen.claims).toEqual([10]);
+    await vi.advanceTimersByTimeAsync(5);
+    expect(seen.claims).toEqual([10, 10]);
+    nudge();
+    await loop.stop();
+    await vi.advanceTimersByTimeAsync(50);
+    expect(seen.claims).toEqual([10, 10]);
+  });
+});
+
 describe('the housekeeping loop', () => {
   it('runs each chore on its own period, one at a time, and a failing chore neither stops nor delays the others', async () => {
     const clock = fakeClock();
@@ -156,6 +200,33 @@ describe('the housekeeping loop', () => {
     const count = runs.length;
     await vi.advanceTimersByTimeAsync(60_000);
     expect(runs).toHaveLength(count);
+  });
+  it('keeps its own name in metrics and looks at its chores every tickMs when given', async () => {
+    const clock = fakeClock();
+    const metrics = createMetrics({ collectDefaults: false });
+    let runs = 0;
+    const upkeep = new Housekeeping(
+      [
+        {
+          name: 'prune',
+          everyMs: 10_000,
+          run: async () => {
+            runs += 1;
+            throw new Error('database gone');
+          },
+        },
+      ],
+      { log, metrics, clock, name: 'webhook_housekeeping', tickMs: 1_000 },
+    );
+    expect(upkeep.name).toBe('webhook_housekeeping');
+    upkeep.start();
+    // Due again 9 to 10 s after its first turn, seen within a tick (at most 1.5 s): never at 15 s or later.
+    await vi.advanceTimersByTimeAsync(11_600);
+    expect(runs).toBe(2);
+    expect(await metrics.registry.getSingleMetricAsString('background_loop_failures_total')).toContain(
+      'loop="webhook_housekeeping",stage="prune"} 2',
+    );
+    await upkeep.stop();
   });
 });
 
