@@ -4,7 +4,9 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   createPartnerClient,
   type DeprecationWarning,
+  type ListenedEvent,
   PartnerApiError,
+  type PartnerClient,
   type PartnerClientOptions,
   PartnerNetworkError,
   verifyWebhook,
@@ -20,7 +22,8 @@ import { type Receiver, startReceiver } from '../support/webhook-receiver.js';
 // The typed partner client (clients/typescript) against the built service as `npm start` runs it,
 // with the machine's PostgreSQL and Redis and the spend-management simulator: every partner route,
 // its retries (429 after Retry-After, a reset after a disable's commit repeated with the same
-// Idempotency-Key), its typed errors (a 500's counts), the deprecation hook and webhook verification.
+// Idempotency-Key), its typed errors (a 500's counts), the deprecation hook and webhook verification,
+// bulk changes, the events feed's pages and its live listener cut mid-stream.
 const db = testDatabase();
 const key = newApiKey();
 let networkId: string;
@@ -90,6 +93,8 @@ beforeAll(async () => {
     WEBHOOK_POLL_INTERVAL_MS: '50',
     SPEND_MANAGEMENT_TIMEOUT_MS: '1000',
     WORKER_POLL_INTERVAL_MS: '200',
+    // A comment on every idle stream each half second, so that the listener's idle timeout can be short.
+    EVENTS_FEED_HEARTBEAT_MS: '500',
   });
   [service, limited] = await Promise.all([
     startServiceProcess(environment.env),
@@ -330,5 +335,177 @@ describe('webhooks through the client', () => {
 
     expect((await partner.deleteWebhookEndpoint(endpointId)).status).toBe(204);
     expect((await partner.listWebhookEndpoints()).data.endpoints.map((endpoint) => endpoint.id)).not.toContain(endpointId);
+  });
+});
+
+const missingAgent = 'us-east-1:00000000-0000-4000-8000-000000000000';
+const changeTypes = ['agent.disabled', 'agent.enabled'];
+
+/** The cursor after the network's last event so far. */
+async function caughtUp(partner: PartnerClient): Promise<string> {
+  let cursor = '';
+  for await (const page of partner.eventPages({ limit: 500 })) cursor = page.nextCursor;
+  return cursor;
+}
+
+describe('bulk status changes through the client', () => {
+  it('mixed results typed per change; a reset after the commit repeated with the same key, made once; the batch read back', async () => {
+    const [disabled, enabled] = [await db.agent(networkId), await db.agent(networkId)];
+    await db.campaigns(disabled, 2);
+    const port = Number(new URL(service.baseUrl).port);
+    const proxy = await startTcpProxy({ host: '127.0.0.1', port }, { marker: disabled, count: 1, answers: 'reset' });
+    const attempts: Attempt[] = [];
+    try {
+      const partner = client({ baseUrl: `http://127.0.0.1:${proxy.port}`, attempts, retry: { baseDelayMs: 20 } });
+      const changes = [
+        { agentId: disabled, enabled: false },
+        { agentId: enabled, enabled: true },
+        { agentId: missingAgent, enabled: false },
+      ];
+      const answer = await partner.changeStatuses(changes);
+      expect(proxy.held()).toBe(1);
+      expect(attempts.map((a) => a.status)).toEqual(['error', 200]);
+      expect(attempts[1]!.idempotencyKey).toBe(attempts[0]!.idempotencyKey);
+      expect(answer).toMatchObject({ status: 200, replayed: true, batchId: expect.stringMatching(/^[0-9a-f-]{36}$/) });
+      if (answer.status !== 200) throw new Error('narrowing');
+      expect(answer.data.results.map((result) => [result.agentId, result.status])).toEqual([
+        [disabled, 200],
+        [enabled, 200],
+        [missingAgent, 404],
+      ]);
+      expect(answer.data.results[0]!.body).toMatchObject({ agentId: disabled, enabled: false, pausedCampaignCount: 2 });
+      expect(answer.data.results[2]!.body).toMatchObject({ type: 'urn:partner-agent-status:problem:not-found' });
+      expect(await db.changeCount(disabled)).toBe(1);
+
+      const read = await client().getStatusBatch(answer.batchId);
+      expect(read.data).toEqual(answer.data);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('respond-async answers 202 with the batch Location; an unknown batch is a typed 404', async () => {
+    const agentId = await db.agent(networkId);
+    const partner = client();
+    const answer = await partner.changeStatuses([{ agentId, enabled: false }], { respondAsync: true, idempotencyKey: `batch-${agentId}` });
+    expect(answer.status).toBe(202);
+    if (answer.status !== 202) throw new Error('narrowing');
+    expect(answer.data.changeCount).toBe(1);
+    expect(answer.location).toContain(answer.batchId);
+    const results = await waitFor(
+      async () => {
+        const { data } = await partner.getStatusBatch(answer.batchId);
+        return data.results[0]?.status === 200 ? data.results : undefined;
+      },
+      { timeoutMs: 10_000, intervalMs: 50, failure: 'the batch did not finish' },
+    );
+    expect(results).toMatchObject([{ agentId, status: 200, body: { enabled: false } }]);
+    const missing = await rejection(partner.getStatusBatch('00000000-0000-4000-8000-000000000000'));
+    expect(missing).toMatchObject({ name: 'PartnerApiError', status: 404, type: 'urn:partner-agent-status:problem:not-found' });
+  });
+});
+
+describe('the events feed through the client', () => {
+  it('pages follow nextCursor while hasMore, filtered by type and agent', async () => {
+    const partner = client();
+    const [first, second] = [await db.agent(networkId), await db.agent(networkId)];
+    const start = await caughtUp(partner);
+    await partner.setAgentStatus({ agentId: first, enabled: false });
+    await partner.setAgentStatus({ agentId: second, enabled: false });
+    await partner.setAgentStatus({ agentId: first, enabled: true });
+    const read = async (filter: { agentId?: string }) => {
+      const pages = [];
+      for await (const page of partner.eventPages({ after: start, limit: 2, types: changeTypes, ...filter })) pages.push(page);
+      return pages;
+    };
+    const pages = await waitFor(async () => ((await read({})).flatMap((page) => page.events).length >= 3 ? read({}) : undefined), {
+      timeoutMs: 10_000,
+      intervalMs: 50,
+      failure: 'the changes did not reach the feed',
+    });
+    expect(pages.map((page) => page.hasMore)).toEqual([true, false]);
+    expect(pages.flatMap((page) => page.events.map((event) => [event.type, event.subject]))).toEqual([
+      ['partner-agent-status.agent.disabled', first],
+      ['partner-agent-status.agent.disabled', second],
+      ['partner-agent-status.agent.enabled', first],
+    ]);
+    const ofFirst = (await read({ agentId: first })).flatMap((page) => page.events.map((event) => event.type));
+    expect(ofFirst).toEqual(['partner-agent-status.agent.disabled', 'partner-agent-status.agent.enabled']);
+  });
+
+  it('the live listener cut mid-stream resumes without a gap or a repeat', { timeout: 60_000 }, async () => {
+    const partner = client();
+    const agents = [await db.agent(networkId), await db.agent(networkId), await db.agent(networkId)];
+    const start = await caughtUp(partner);
+    const port = Number(new URL(service.baseUrl).port);
+    const proxy = await startTcpProxy({ host: '127.0.0.1', port });
+    const stop = new AbortController();
+    const reconnects: unknown[] = [];
+    const seen: ListenedEvent[] = [];
+    const listener = client({ baseUrl: `http://127.0.0.1:${proxy.port}`, retry: { maxAttempts: 2, baseDelayMs: 20 } }).listenToEvents({
+      after: start,
+      types: changeTypes,
+      signal: stop.signal,
+      idleTimeoutMs: 2_000,
+      reconnect: { baseDelayMs: 50, maxDelayMs: 500 },
+      onReconnect: ({ error }) => reconnects.push(error),
+    });
+    const reading = (async () => {
+      for await (const event of listener) seen.push(event);
+    })();
+    const made: Array<[boolean, string]> = [];
+    const change = async (agentId: string, enabled: boolean) => {
+      await partner.setAgentStatus({ agentId, enabled });
+      made.push([enabled, agentId]);
+    };
+    const seenAtLeast = (count: number, failure: string) =>
+      waitFor(() => seen.length >= count, { timeoutMs: 15_000, intervalMs: 25, failure: `${failure} (${seen.length} seen)` });
+    try {
+      await change(agents[0]!, false);
+      await seenAtLeast(1, 'the first event did not stream');
+      // Reset: every connection closed, new ones refused while changes are made.
+      proxy.cut();
+      await change(agents[0]!, true);
+      await change(agents[1]!, false);
+      await waitFor(() => reconnects.length >= 2, { timeoutMs: 10_000, intervalMs: 25, failure: 'no reconnect was refused' });
+      proxy.restore();
+      await seenAtLeast(3, 'the changes made during the cut did not stream');
+      // Black hole: the open stream goes silent without a reset; the idle timeout notices.
+      const before = reconnects.length;
+      proxy.stall();
+      await change(agents[2]!, false);
+      await change(agents[1]!, true);
+      await seenAtLeast(5, 'the changes made while stalled did not stream');
+      expect(reconnects.length).toBeGreaterThan(before);
+    } finally {
+      stop.abort();
+      await reading;
+      await proxy.close();
+    }
+    const typeOf = (enabled: boolean) => `partner-agent-status.agent.${enabled ? 'enabled' : 'disabled'}`;
+    expect(seen.map(({ type, event }) => [type, event.subject])).toEqual(made.map(([enabled, agentId]) => [typeOf(enabled), agentId]));
+    // The same events, once each and in order, as the pages hold them; each cursor new.
+    const paged = [];
+    for await (const page of partner.eventPages({ after: start, types: changeTypes })) paged.push(...page.events.map((event) => event.id));
+    expect(seen.map(({ event }) => event.id)).toEqual(paged);
+    expect(new Set(seen.map(({ id }) => id)).size).toBe(seen.length);
+  });
+
+  it('a cursor older than the retention is a typed 410 from the pages and ends the listener', async () => {
+    const partner = client();
+    await partner.setAgentStatus({ agentId: await db.agent(networkId), enabled: false });
+    const { data } = await partner.listEvents({ limit: 1 });
+    const [, batch] = Buffer.from(data.nextCursor, 'base64url').toString().split(':');
+    // The batches up to the cursor's are made older than the retention (30 days), as if time had passed.
+    await db.pool.query(`UPDATE event_batches SET created_at = now() - interval '31 days' WHERE id <= $1`, [batch]);
+    const gone = await rejection(partner.listEvents({ after: data.nextCursor }));
+    expect(gone).toBeInstanceOf(PartnerApiError);
+    expect(gone).toMatchObject({ status: 410, type: 'urn:partner-agent-status:problem:events-gone' });
+    const listened = rejection(
+      (async () => {
+        for await (const _ of partner.listenToEvents({ after: data.nextCursor })) throw new Error('an event after a gone cursor');
+      })(),
+    );
+    expect(await listened).toMatchObject({ name: 'PartnerApiError', status: 410 });
   });
 });

@@ -14,6 +14,8 @@ import { connect, createServer, type Socket } from 'node:net';
  *   commit. With `answers: 'reset'` those bytes reach the server too, and the first answer bytes
  *   that come back reset the client's connection (TCP RST) instead of reaching it: an HTTP answer
  *   lost to a reset after the server committed and answered;
+ * - `stall()` black-holes every connection open now (no byte passes either way, none is closed),
+ *   as a link that died without a reset; connections made later pass as before;
  * - `delay(ms)` holds every answer (server to client) that long before passing it on, in order, as
  *   a slow link or a stalled replica would; `delay(0)` ends it for what arrives from then on;
  * - `retarget(port)` sends new connections to another server on the same host while those already
@@ -30,6 +32,7 @@ export async function startTcpProxy(
   let held = 0;
   let answerDelayMs = 0;
   let targetPort = target.port;
+  const stalls = new Set<() => void>();
   const server = createServer((client) => {
     if (cut) return client.destroy();
     const upstream = connect(targetPort, target.host);
@@ -40,6 +43,11 @@ export async function startTcpProxy(
     }
     let blackholed = false;
     let resetOnAnswer = false;
+    const stall = () => {
+      blackholed = true;
+    };
+    stalls.add(stall);
+    client.on('close', () => stalls.delete(stall));
     client.on('data', (chunk: Buffer) => {
       if (!blackholed && !resetOnAnswer && hold && toHold > 0 && chunk.includes(hold.marker)) {
         toHold -= 1;
@@ -80,6 +88,9 @@ export async function startTcpProxy(
     },
     restore() {
       cut = false;
+    },
+    stall() {
+      for (const stall of stalls) stall();
     },
     /** Connections held so far. */
     held: () => held,

@@ -1,3 +1,4 @@
+import { type EventFilter, type ListenedEvent, type ListenOptions, listenToEvents } from './events.js';
 import { type ApiVersion, newestApiVersion, type operations, type paths } from './generated/versions.js';
 import { type Answer, type Call, createTransport, type DeprecationWarning, defaultRetry, type RetryOptions, sleep } from './transport.js';
 
@@ -22,6 +23,30 @@ export type WebhookEndpoint = ResponseBody<'listWebhookEndpoints', 200>['endpoin
 export type RotatedWebhookSecret = ResponseBody<'rotateWebhookSecret', 200>;
 export type WebhookDelivery = ResponseBody<'listWebhookDeliveries', 200>['deliveries'][number];
 export type RetriedWebhookDelivery = ResponseBody<'retryWebhookDelivery', 202>;
+export type StatusBatchRequest = RequestBody<'setAgentStatusBatch'>;
+export type StatusBatch = ResponseBody<'setAgentStatusBatch', 200>;
+export type StatusBatchResult = StatusBatch['results'][number];
+export type EventPage = ResponseBody<'listEvents', 200>;
+
+/**
+ * The answer to a bulk change: 200 with one result per change in request order (each the status and
+ * body its single call would have answered: 200, 202, 404, 409 or 500), or 202 under respond-async
+ * once every change is recorded (`batchId` and `location` are where to read the results).
+ */
+export type StatusBatchAnswer = (
+  | { status: 200; data: StatusBatch }
+  | { status: 202; data: ResponseBody<'setAgentStatusBatch', 202>; location: string | undefined }
+) & { batchId: string; replayed: boolean; requestId: string | undefined; headers: Headers };
+
+/** Where a page of events starts and what it holds. */
+export type EventPageOptions = { after?: string; limit?: number } & EventFilter & RequestOptions;
+
+export interface StatusBatchOptions extends RequestOptions {
+  /** The key the whole batch is recognised by for 24 hours; a new UUID when not given. Kept across the client's retries. */
+  idempotencyKey?: string;
+  /** RFC 7240 `respond-async`: answer 202 once every change is recorded. */
+  respondAsync?: boolean;
+}
 
 /**
  * The answer to a status change: 200 with the change made (or found already made), or 202 while a
@@ -88,6 +113,25 @@ function preferOf(respondAsync: StatusChangeOptions['respondAsync']): Record<str
   return { prefer: respondAsync === true ? 'respond-async' : `respond-async, wait=${Math.max(0, Math.floor(respondAsync.waitSeconds))}` };
 }
 
+/** The headers of a change or a batch: request id, Idempotency-Key when given, Prefer. */
+function changeHeaders(options: StatusChangeOptions | StatusBatchOptions | undefined): Record<string, string> {
+  return {
+    ...requestHeaders(options),
+    ...(options?.idempotencyKey === undefined ? {} : { 'idempotency-key': options.idempotencyKey }),
+    ...preferOf(options?.respondAsync),
+  };
+}
+
+/** What every change's answer says besides its body: a replay, the request id, `Location` (on a 202). */
+function replayOf(answer: Answer<unknown>) {
+  return {
+    replayed: answer.headers.get('idempotent-replayed') === 'true',
+    requestId: answer.requestId,
+    headers: answer.headers,
+    location: answer.headers.get('location') ?? undefined,
+  };
+}
+
 function defaultWarning() {
   let warned = false;
   return (warning: DeprecationWarning) => {
@@ -147,26 +191,15 @@ export function createPartnerClient(options: PartnerClientOptions) {
         path: route('/partner/agents/status'),
         body: { agentId: change.agentId, enabled: change.enabled },
         headers: {
-          ...requestHeaders(changeOptions),
-          ...(changeOptions?.idempotencyKey === undefined ? {} : { 'idempotency-key': changeOptions.idempotencyKey }),
+          ...changeHeaders(changeOptions),
           ...(changeOptions?.ifMatch === undefined ? {} : { 'if-match': changeOptions.ifMatch }),
-          ...preferOf(changeOptions?.respondAsync),
         },
         repeatableAfterNetworkError: true,
         signal: changeOptions?.signal,
       });
-      const common = {
-        replayed: answer.headers.get('idempotent-replayed') === 'true',
-        requestId: answer.requestId,
-        headers: answer.headers,
-      };
+      const { location, ...common } = replayOf(answer);
       return answer.status === 202
-        ? {
-            ...common,
-            status: 202,
-            data: answer.data as ResponseBody<'setAgentStatus', 202>,
-            location: answer.headers.get('location') ?? undefined,
-          }
+        ? { ...common, status: 202, data: answer.data as ResponseBody<'setAgentStatus', 202>, location }
         : { ...common, status: 200, data: answer.data as ResponseBody<'setAgentStatus', 200> };
     },
 
@@ -186,6 +219,62 @@ export function createPartnerClient(options: PartnerClientOptions) {
         yield data;
         before = data.nextBefore ?? undefined;
       } while (before !== undefined);
+    },
+
+    /**
+     * Up to 1,000 changes in one request (docs/interfaces.md §16). Repeated after a lost answer with
+     * the same Idempotency-Key, so the service answers the batch's results, never making it twice.
+     */
+    async changeStatuses(changes: StatusBatchRequest['changes'], batchOptions?: StatusBatchOptions): Promise<StatusBatchAnswer> {
+      const answer = await send<StatusBatchAnswer['data']>({
+        method: 'POST',
+        path: route('/partner/agents/status/batch'),
+        body: { changes: changes.map(({ agentId, enabled }) => ({ agentId, enabled })) },
+        headers: changeHeaders(batchOptions),
+        repeatableAfterNetworkError: true,
+        signal: batchOptions?.signal,
+      });
+      const { location, ...common } = { ...replayOf(answer), batchId: answer.data.batchId };
+      return answer.status === 202
+        ? { ...common, status: 202, data: answer.data as ResponseBody<'setAgentStatusBatch', 202>, location }
+        : { ...common, status: 200, data: answer.data as StatusBatch };
+    },
+
+    /** A batch's results as they stand now (readable for 24 hours after it was sent). */
+    async getStatusBatch(batchId: string, requestOptions?: RequestOptions) {
+      return read<StatusBatch>(route('/partner/agents/status/batch/{batchId}', { batchId }), requestOptions);
+    },
+
+    /**
+     * One page of the network's events, oldest first, after the cursor `after` (from the oldest kept
+     * without it). A cursor older than the retention is a PartnerApiError 410 (events-gone).
+     */
+    async listEvents(page: EventPageOptions = {}) {
+      const query = { after: page.after, limit: page.limit, types: page.types?.join(','), agentId: page.agentId };
+      return read<EventPage>(route('/partner/events', {}, query), page);
+    },
+
+    /**
+     * Pages of events following `nextCursor` while `hasMore`; ends once caught up (the last page's
+     * `nextCursor` is where to read from later).
+     */
+    async *eventPages(pages: EventPageOptions = {}): AsyncGenerator<EventPage> {
+      let after = pages.after;
+      for (;;) {
+        const { data } = await client.listEvents({ ...pages, after });
+        yield data;
+        if (!data.hasMore) return;
+        after = data.nextCursor;
+      }
+    },
+
+    /**
+     * The events as they commit (Server-Sent Events), as an async iterator of `{ id, type, event }`
+     * that reconnects by itself with Last-Event-ID: no event missed, none repeated. End it with
+     * `signal` or by leaving the loop.
+     */
+    listenToEvents(listenOptions: ListenOptions = {}): AsyncGenerator<ListenedEvent> {
+      return listenToEvents({ open: transport.open, sleep, path: (query) => route('/partner/events', {}, query) }, listenOptions);
     },
 
     /**

@@ -7,6 +7,8 @@ export {
   type AgentStatus,
   type CreatedWebhookEndpoint,
   createPartnerClient,
+  type EventPage,
+  type EventPageOptions,
   type PartnerClient,
   type PartnerClientOptions,
   type RequestBody,
@@ -14,6 +16,11 @@ export {
   type ResponseBody,
   type RetriedWebhookDelivery,
   type RotatedWebhookSecret,
+  type StatusBatch,
+  type StatusBatchAnswer,
+  type StatusBatchOptions,
+  type StatusBatchRequest,
+  type StatusBatchResult,
   type StatusChange,
   type StatusChangeAnswer,
   type StatusChangeOptions,
@@ -24,6 +31,8 @@ export {
   type WebhookEndpointRequest,
 } from './client.js';
 export { PartnerApiError, PartnerClientError, PartnerNetworkError, type Problem } from './errors.js';
+export type { EventFilter, ListenedEvent, ListenOptions } from './events.js';
 export * from './generated/versions.js';
+export { type SseMessage, SseParser } from './sse.js';
 export type { DeprecationWarning, RetryOptions } from './transport.js';
 export { type PartnerEvent, type VerifyWebhookOptions, verifyWebhook, WebhookVerificationError } from './webhooks.js';

@@ -51,6 +51,11 @@ export interface Call {
    */
   repeatableAfterNetworkError: boolean;
   signal?: AbortSignal | undefined;
+  /**
+   * The answer is a stream read for as long as it lasts (Server-Sent Events): attemptTimeoutMs
+   * bounds only the wait for its headers, never the body.
+   */
+  stream?: boolean;
 }
 
 /** A 2xx answer. */
@@ -123,6 +128,18 @@ export function createTransport(options: TransportOptions) {
   const scrub = (text: string) => (apiKey.length >= 8 ? text.split(apiKey).join('[redacted]') : text);
 
   async function attempt(call: Call, idempotencyKey: string | undefined): Promise<Response> {
+    if (!call.stream) return fetchOnce(call, idempotencyKey, AbortSignal.timeout(retry.attemptTimeoutMs));
+    // A timer of our own, cleared once the headers came: AbortSignal.timeout would end the stream too.
+    const headersTimeout = new AbortController();
+    const timer = setTimeout(() => headersTimeout.abort(new DOMException('no headers in time', 'TimeoutError')), retry.attemptTimeoutMs);
+    try {
+      return await fetchOnce(call, idempotencyKey, headersTimeout.signal);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async function fetchOnce(call: Call, idempotencyKey: string | undefined, timeout: AbortSignal): Promise<Response> {
     return options.fetch(`${base}${call.path}`, {
       method: call.method,
       headers: {
@@ -134,9 +151,7 @@ export function createTransport(options: TransportOptions) {
         ...call.headers,
       },
       ...(call.body === undefined ? {} : { body: JSON.stringify(call.body) }),
-      signal: call.signal
-        ? AbortSignal.any([call.signal, AbortSignal.timeout(retry.attemptTimeoutMs)])
-        : AbortSignal.timeout(retry.attemptTimeoutMs),
+      signal: call.signal ? AbortSignal.any([call.signal, timeout]) : timeout,
     });
   }
 
