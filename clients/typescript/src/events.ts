@@ -106,9 +106,10 @@ export async function* listenToEvents(dependencies: ListenDependencies, options:
         signal,
         stream: true,
       });
+      // Connected: the backoff starts over (a stream that fails at once still waits base * jitter).
+      failures = 0;
       const parser = new SseParser(lastEventId);
       for await (const event of readStream(response, parser, idleTimeoutMs, cancel)) {
-        failures = 0;
         lastEventId = event.id;
         yield event;
       }
