@@ -18,6 +18,11 @@ declare const rawBody: string;
 declare const request: { headers: Record<string, string | string[] | undefined> };
 declare const currentSecret: string;
 declare const previousSecret: string;
+declare const agentIds: string[];
+declare const caseId: string;
+declare const savedCursor: string | undefined;
+declare function handle(type: string, event: unknown): Promise<void>;
+declare function saveCursor(cursor: string): Promise<void>;
 `;
 
 /** A document's ts blocks, in order, as one module importing the client's source. */
