@@ -278,10 +278,18 @@ export class EventRelay {
     const next = page.finished
       ? { batchId: page.batch.id, position: null }
       : { batchId: cursor.batchId, position: page.events.at(-1)!.position };
-    const held = await batches.advance(natsConsumer, { token: this.token, leaseMs: settings.leaseMs }, next.batchId, next.position);
+    const { held, moved } = await batches.advance(natsConsumer, { token: this.token, leaseMs: settings.leaseMs }, cursor, next);
     if (!held) {
       this.setHeld('nats', false);
       return { events: 0, more: false };
+    }
+    if (!moved) {
+      // Someone moved the cursor (an operator skipping a backlog, the bench starting at its load):
+      // what this replica remembered is not written over; it goes on from where the row says.
+      this.deps.log.info({ from: cursor }, "the NATS consumer's cursor was moved from outside the relay; it resumes there");
+      this.cursor = undefined;
+      this.taken = undefined;
+      return { events: 0, more: true };
     }
     this.cursor = next;
     // Caught up with the batch this replica just took: nothing more until the next one.

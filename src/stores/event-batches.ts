@@ -58,6 +58,7 @@ const takenRow = z.object({
 });
 const fannedRow = z.object({ held: z.boolean(), n: z.number(), batch_id: z.string().nullable(), position: z.string().nullable() });
 const heldRow = z.object({ held: z.boolean() });
+const advancedRow = z.object({ held: z.boolean(), moved: z.boolean() });
 const countRow = z.object({ n: z.number() });
 const cursorRow = z.object({ batch_id: z.string(), position: z.string().nullable() });
 const backlogRow = z.object({ count: z.number(), oldest_age_seconds: z.number() });
@@ -88,6 +89,16 @@ const eventJson = (source: string) => sql.fragment`json_build_object(
 const after = (prev: string) =>
   sql.fragment`((e.xid >= pg_snapshot_xmax(${prev}::pg_snapshot) AND e.xid < pg_snapshot_xmax(pg_current_snapshot()))
     OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))`;
+
+/**
+ * Rows of a recorded batch: committed after snapshot `prev` and visible in the batch's `snapshot`.
+ * The range is closed above by the batch's own xmax, so a batch read long after it was taken (a
+ * backlog, a consumer catching up) reads its own rows by the index, never every row written since.
+ */
+const within = (prev: string, snapshot: string) =>
+  sql.fragment`((e.xid >= pg_snapshot_xmax(${prev}::pg_snapshot) AND e.xid < pg_snapshot_xmax(${snapshot}::pg_snapshot))
+    OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))
+    AND pg_visible_in_snapshot(e.xid, ${snapshot}::pg_snapshot)`;
 
 /** The CTE `lease`: the role's lease renewed, only while it is still this replica's (a row: held). */
 const renewed = (role: RelayRole, lease: { token: string; leaseMs: number }) => sql.fragment`lease AS (
@@ -142,8 +153,17 @@ export interface EventBatchStore {
   batchAfter(batchId: string): Promise<{ previous: Batch; batch: Batch } | undefined>;
   /** Events of `batch` (read with the snapshot of `previous`) after `position`, by position, at most `limit`. */
   read(previous: Batch, batch: Batch, afterPosition: string | null, limit: number, source: string): Promise<readonly BatchEvent[]>;
-  /** Moves the consumer's cursor under the `nats` lease (renewed); false: the lease is not this replica's. */
-  advance(consumer: string, lease: { token: string; leaseMs: number }, batchId: string, position: string | null): Promise<boolean>;
+  /**
+   * Moves the consumer's cursor from `from` to `to` under the `nats` lease (renewed). held false: the
+   * lease is not this replica's; moved false (held): the cursor was not at `from` (an operator or a
+   * bench moved it): nothing changed, the caller reads it again.
+   */
+  advance(
+    consumer: string,
+    lease: { token: string; leaseMs: number },
+    from: { batchId: string; position: string | null },
+    to: { batchId: string; position: string | null },
+  ): Promise<{ held: boolean; moved: boolean }>;
   /** Events committed and in no batch yet, and the age of the oldest (seconds; 0 when none). */
   unbatched(): Promise<{ count: number; oldestAgeSeconds: number }>;
   /** Events in batches the consumer has not finished, and the age of the oldest such batch's oldest event. */
@@ -231,7 +251,7 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
         const row = await pool.one(sql.type(fannedRow)`
           WITH ${renewed('batches', lease)}, win AS MATERIALIZED (
             SELECT e.* FROM agent_events e
-            WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
+            WHERE ${within(previous.snapshot, batch.snapshot)}
               AND e.position > ${afterPosition ?? '0'}::bigint AND EXISTS (SELECT 1 FROM lease)
           ), page AS (
             SELECT e.position AS pos, e.event_id, e.network_id, e.type, ${eventJson(source)} AS body FROM win e
@@ -276,23 +296,24 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
         pool.any(sql.type(eventRow)`
           WITH win AS MATERIALIZED (
             SELECT e.* FROM agent_events e
-            WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
+            WHERE ${within(previous.snapshot, batch.snapshot)}
               AND e.position > ${afterPosition ?? '0'}::bigint
           )
           SELECT ${eventColumns(source)} FROM win e
           ORDER BY e.position LIMIT ${limit}`),
       ),
 
-    advance: (consumer, lease, batchId, position) =>
+    advance: (consumer, lease, from, to) =>
       timed('advance_event_consumer', async () => {
-        const row = await pool.one(sql.type(heldRow)`
+        const row = await pool.one(sql.type(advancedRow)`
           WITH ${renewed('nats', lease)}, moved AS (
-            UPDATE event_consumers SET batch_id = ${batchId}::bigint, position = ${position}::bigint, updated_at = now()
-            WHERE name = ${consumer} AND EXISTS (SELECT 1 FROM lease)
+            UPDATE event_consumers SET batch_id = ${to.batchId}::bigint, position = ${to.position}::bigint, updated_at = now()
+            WHERE name = ${consumer} AND batch_id = ${from.batchId}::bigint
+              AND position IS NOT DISTINCT FROM ${from.position}::bigint AND EXISTS (SELECT 1 FROM lease)
             RETURNING 1
           )
-          SELECT EXISTS (SELECT 1 FROM moved) AS held`);
-        return row.held;
+          SELECT EXISTS (SELECT 1 FROM lease) AS held, EXISTS (SELECT 1 FROM moved) AS moved`);
+        return row;
       }),
 
     unbatched: () =>
