@@ -86,7 +86,7 @@ const eventJson = (source: string) => sql.fragment`json_build_object(
  * range keeps the planner on the xid index even before the column has statistics, where an open one
  * is estimated at a third of the history and read by a sequential scan.
  */
-const after = (prev: string) =>
+const after = (prev: string | ReturnType<typeof sql.fragment>) =>
   sql.fragment`((e.xid >= pg_snapshot_xmax(${prev}::pg_snapshot) AND e.xid < pg_snapshot_xmax(pg_current_snapshot()))
     OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))`;
 
@@ -320,8 +320,8 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics): Eve
       timed('unbatched_events', async () => {
         const row = await pool.one(sql.type(backlogRow)`
           SELECT count(*)::int AS count, coalesce(extract(epoch FROM now() - min(e.event_time)), 0)::float8 AS oldest_age_seconds
-          FROM agent_events e, (SELECT snapshot FROM event_batches ORDER BY id DESC LIMIT 1) l
-          WHERE e.xid >= pg_snapshot_xmax(l.snapshot) OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(l.snapshot)))`);
+          FROM agent_events e
+          WHERE ${after(sql.fragment`(SELECT snapshot FROM event_batches ORDER BY id DESC LIMIT 1)`)}`);
         return { count: row.count, oldestAgeSeconds: row.oldest_age_seconds };
       }),
 

@@ -118,6 +118,12 @@ export async function eventsPhase(ctx: BenchContext): Promise<void> {
           .filter((line) => line.startsWith('events_publish_failures_total{') && !line.endsWith(' 0'))
           .join(', ');
         if (failures) console.log(`  events: publishes that failed: ${failures}`);
+        // BENCH_EVENTS_DEBUG=1: the service's PostgreSQL calls (time and count by operation) and its publishes.
+        if (process.env.BENCH_EVENTS_DEBUG) {
+          const figures =
+            /^(dependency_request_duration_seconds_(sum|count)\{dependency="postgres"|events_publish_duration_seconds_(sum|count)|events_batched)/;
+          for (const line of exposition.split('\n').filter((l) => figures.test(l))) console.log(`    ${line}`);
+        }
         const messages = await readStream(nats.url);
         if (messages.length === 0) throw new Error('no event reached the stream');
         const lags = messages.map((m) => m.ackedAt - m.committedAt).sort((a, b) => a - b);
