@@ -28,8 +28,6 @@ const statsIntervalMs = 5_000;
 const busyPauseMs = 10;
 const pruneIntervalMs = 60_000;
 const pruneBatch = 5_000;
-/** Pages of webhook deliveries a pass makes at most while the webhooks are behind the batches. */
-const fanOutPagesPerPass = 8;
 const natsConsumer = 'nats';
 const roles: readonly RelayRole[] = ['batches', 'nats'];
 const idle = { count: 0, oldestAgeSeconds: 0 };
@@ -156,9 +154,7 @@ export class EventRelay {
    */
   private async batchesStep(): Promise<Pass> {
     if (!this.holds.batches) return { events: 0, more: false };
-    // Several pages while behind: one a pass would keep them behind by as many batches as they are.
-    let fanned: Pass = { events: 0, more: true };
-    for (let page = 0; page < fanOutPagesPerPass && fanned.more; page += 1) fanned = await this.fanOutStep();
+    const fanned = await this.fanOutStep();
     const taken = await this.takeBatch();
     return { events: taken, more: taken >= this.deps.settings.batchSize || fanned.more };
   }
