@@ -147,15 +147,11 @@ export class EventRelay {
     return { events: events + batched.events + published.events, more: more || batched.more || published.more };
   }
 
-  /**
-   * The `batches` role's share of a pass: a page of webhook deliveries still owed, then a batch. In
-   * that order: webhooks caught up with the latest batch get the next one in the batch's own statement,
-   * where the other order left them one batch behind under a steady load, every batch composed twice.
-   */
+  /** The `batches` role's share of a pass: a batch, then a page of webhook deliveries still owed. */
   private async batchesStep(): Promise<Pass> {
     if (!this.holds.batches) return { events: 0, more: false };
-    const fanned = await this.fanOutStep();
     const taken = await this.takeBatch();
+    const fanned = await this.fanOutStep();
     return { events: taken, more: taken >= this.deps.settings.batchSize || fanned.more };
   }
 
