@@ -110,9 +110,11 @@ class ReplicationWatch {
   known(): Promise<void> {
     if (this.answered) return Promise.resolve();
     // Outside the caller's trace: the first disable asks, but INFO is the replica's, not the disable's.
-    this.asking ??= context.with(ROOT_CONTEXT, () => this.check()).finally(() => {
-      this.asking = undefined;
-    });
+    this.asking ??= context
+      .with(ROOT_CONTEXT, () => this.check())
+      .finally(() => {
+        this.asking = undefined;
+      });
     return this.asking;
   }
 
