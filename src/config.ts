@@ -450,7 +450,7 @@ function eventsSettings(env: Env): EventsSettings {
     source,
     publishTimeoutMs,
     relayPollIntervalMs: integer(env, 'EVENTS_RELAY_POLL_INTERVAL_MS', 50, 5, 60_000),
-    relayBatchSize: integer(env, 'EVENTS_RELAY_BATCH_SIZE', 200, 1, 5_000),
+    relayBatchSize: integer(env, 'EVENTS_RELAY_BATCH_SIZE', 1_000, 1, 5_000),
     relayLeaseMs,
     relayRetryDelayMs: integer(env, 'EVENTS_RELAY_RETRY_DELAY_MS', 1_000, 10, 600_000),
     retentionMs: integer(env, 'EVENTS_RETENTION_MS', 86_400_000, 0, 30 * 86_400_000),

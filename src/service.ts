@@ -145,7 +145,14 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
 
   const webhooks = createWebhooks(config, options, { requestPool, workerPool }, { owner, metrics, logger });
 
-  const eventFeed = createPartnerEventFeed(config, { pool: requestPool, redis: rateLimitRedis, metrics, logger });
+  const eventFeed = createPartnerEventFeed(config, {
+    pool: requestPool,
+    redis: rateLimitRedis,
+    metrics,
+    logger,
+    listen: feedListens(config),
+    failover,
+  });
   const probe = createAgentRepository(probePool, metrics, statement);
   const readiness = createReadiness({ ping: probe.ping, onReadOnly: () => failover.retire('read_only'), keyStore, metrics });
   const app = await buildApp({
@@ -393,6 +400,16 @@ function watchFailover(metrics: Metrics, logger: Logger): ServerFailover {
 }
 
 /**
+ * Whether this replica's events feed keeps a LISTEN session (src/events/batch-wake.ts): not behind a
+ * transaction pooler (no session to keep), and only when the request share can give up one of its
+ * connections for it, so that every connection the replica opens stays within DATABASE_MAX_CONNECTIONS;
+ * otherwise the feed polls for new batches.
+ */
+function feedListens(config: Config): boolean {
+  return config.databasePooler === 'none' && config.databaseConnections.request >= 2;
+}
+
+/**
  * Four pools, so that partner traffic can neither starve the worker nor turn readiness red, and
  * claim checks never wait behind batch statements; together at most DATABASE_MAX_CONNECTIONS.
  */
@@ -405,9 +422,11 @@ async function openPools(config: Config, failover: ServerFailover, resources: Re
     pooler: config.databasePooler,
   };
   const shares = config.databaseConnections;
+  // The events feed's LISTEN session is one of the request share's connections (feedListens).
+  const requestSize = shares.request - (feedListens(config) ? 1 : 0);
   const requestPool = resources.own(
     'request pool',
-    await createDatabasePool({ ...poolOptions, maxPoolSize: shares.request, name: 'request', maxWaitMs: config.limits.requestDeadlineMs }),
+    await createDatabasePool({ ...poolOptions, maxPoolSize: requestSize, name: 'request', maxWaitMs: config.limits.requestDeadlineMs }),
     (pool) => pool.end(),
   );
   const workerPool = resources.own(

@@ -1,20 +1,24 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
-import type { DatabasePooler } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 
 /**
  * What wakes a replica's events feed when the relay records a batch (docs/interfaces.md §17): one
  * per replica, whatever the number of streams.
- * - Without a pooler, a connection of its own (a session, outside the pools) LISTENs on the channel
+ * - Without a pooler, a connection of its own (a session, taken from the request pool's share of the budget) LISTENs on the channel
  *   `event_batches`, which migration 028's trigger notifies with each batch's id at its commit. A
  *   slow poll beside it covers notifications lost while the connection was re-opened.
  * - Behind a transaction pooler (DATABASE_POOLER=transaction) a session cannot be kept, so it polls
  *   the latest batch every EVENTS_FEED_POLL_INTERVAL_MS instead (one cheap statement per replica),
- *   and does the same while the listening connection is lost.
+ *   and does the same while the listening connection is lost, and where the replica's connection
+ *   budget leaves no connection for it (src/service.ts, feedListens).
+ * - When the pools leave a server that failed over, the listening session leaves it too
+ *   (`reconnect`) and listens again wherever DATABASE_URL now leads.
  */
 export interface BatchWake {
   start(onBatch: (batchId: string) => void): void;
+  /** Ends the listening session (if any) and listens again on a new one. */
+  reconnect(): void;
   stop(): Promise<void>;
 }
 
@@ -23,7 +27,8 @@ const safetyPollMs = 5_000;
 
 interface BatchWakeDeps {
   databaseUrl: string;
-  pooler: DatabasePooler;
+  /** Whether to keep a LISTEN session; else it only polls. */
+  listen: boolean;
   pollIntervalMs: number;
   latest: () => Promise<string>;
   metrics: Metrics;
@@ -109,8 +114,13 @@ class ReplicaBatchWake implements BatchWake {
 
   start(callback: (batchId: string) => void): void {
     this.onBatch = callback;
-    if (this.deps.pooler === 'none') void this.listen();
+    if (this.deps.listen) void this.listen();
     void this.poll();
+  }
+
+  reconnect(): void {
+    const connection = this.client;
+    if (connection) this.lost(connection, new Error('the database server was left (failover)'));
   }
 
   async stop(): Promise<void> {

@@ -56,6 +56,11 @@ interface Pass {
  * Before the first batch it drains the rows event_outbox still holds from before migration 024.
  * Shaped as a poll loop: `pass()` claims (the leases), works and says whether more is due; `start`,
  * `stop` and the pause between passes (with backoff after errors) are the loop's.
+ * Not an instance of src/workers/poll-loop.ts: PollLoop claims independent items (rows under their
+ * own lease, SKIP LOCKED) and works them side by side, any replica any item. The relay's work is one
+ * ordered stream per role: a batch can only follow the previous one, a NATS page only the page
+ * before it (an agent's order), so there is never more than one item, its lease is the role's row,
+ * and a pass must chain into the next at once while a backlog lasts (PollLoop waits for the poll).
  */
 export class EventRelay {
   private readonly token = randomUUID();
@@ -130,20 +135,40 @@ export class EventRelay {
       events += drained;
       more ||= drained > 0;
     }
-    if (this.holds.batches) {
-      const taken = await this.takeBatch();
-      events += taken;
-      more ||= taken >= this.deps.settings.batchSize;
-      const fanned = await this.fanOutStep();
-      more ||= fanned.more;
-    }
-    if (this.holds.nats && this.outboxDrained && performance.now() >= this.due.nats) {
-      const step = await this.publishStep();
-      events += step.events;
-      more ||= step.more;
-    }
+    // The two consumers side by side (each its own statements on its own connection): the NATS
+    // step never waits for a page of webhook deliveries, nor the batches for a broker's acknowledgements.
+    // Both settle before the pass ends (a failure of one never leaves the other running into the next pass).
+    let batching = true;
+    const batchesStep = this.batchesStep().finally(() => {
+      batching = false;
+    });
+    const [batched, published] = settledBoth(await Promise.allSettled([batchesStep, this.natsSteps(() => batching)]));
     await this.housekeeping();
-    return { events, more };
+    return { events: events + batched.events + published.events, more: more || batched.more || published.more };
+  }
+
+  /** The `batches` role's share of a pass: a batch, then a page of webhook deliveries still owed. */
+  private async batchesStep(): Promise<Pass> {
+    if (!this.holds.batches) return { events: 0, more: false };
+    const taken = await this.takeBatch();
+    const fanned = await this.fanOutStep();
+    return { events: taken, more: taken >= this.deps.settings.batchSize || fanned.more };
+  }
+
+  /** NATS pages one after the other while the batches' statements are still under way (and more is there). */
+  private async natsSteps(batching: () => boolean): Promise<Pass> {
+    let events = 0;
+    for (;;) {
+      const step = await this.natsStep();
+      events += step.events;
+      if (!step.more || !batching()) return { events, more: step.more };
+    }
+  }
+
+  /** The `nats` role's share of a pass: a page published (after the outbox's rows, and not during a retry's pause). */
+  private async natsStep(): Promise<Pass> {
+    if (!this.holds.nats || !this.outboxDrained || performance.now() < this.due.nats) return { events: 0, more: false };
+    return this.publishStep();
   }
 
   private async loop(): Promise<void> {
@@ -278,10 +303,18 @@ export class EventRelay {
     const next = page.finished
       ? { batchId: page.batch.id, position: null }
       : { batchId: cursor.batchId, position: page.events.at(-1)!.position };
-    const held = await batches.advance(natsConsumer, { token: this.token, leaseMs: settings.leaseMs }, next.batchId, next.position);
+    const { held, moved } = await batches.advance(natsConsumer, { token: this.token, leaseMs: settings.leaseMs }, cursor, next);
     if (!held) {
       this.setHeld('nats', false);
       return { events: 0, more: false };
+    }
+    if (!moved) {
+      // Someone moved the cursor (an operator skipping a backlog, the bench starting at its load):
+      // what this replica remembered is not written over; it goes on from where the row says.
+      this.deps.log.info({ from: cursor }, "the NATS consumer's cursor was moved from outside the relay; it resumes there");
+      this.cursor = undefined;
+      this.taken = undefined;
+      return { events: 0, more: true };
     }
     this.cursor = next;
     // Caught up with the batch this replica just took: nothing more until the next one.
@@ -380,6 +413,12 @@ export class EventRelay {
       this.wake = undefined;
     });
   }
+}
+
+/** The two outcomes, or the first failure. */
+function settledBoth(outcomes: PromiseSettledResult<Pass>[]): [Pass, Pass] {
+  for (const outcome of outcomes) if (outcome.status === 'rejected') throw outcome.reason;
+  return outcomes.map((outcome) => (outcome as PromiseFulfilledResult<Pass>).value) as [Pass, Pass];
 }
 
 function parsed(text: string): unknown {

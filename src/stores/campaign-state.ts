@@ -1,3 +1,4 @@
+import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import calculateSlot from 'cluster-key-slot';
 import { Cluster, type Redis, ReplyError, type Result } from 'ioredis';
 import { DependencyError, redisFailure, timedCall } from '../observability/dependency-calls.js';
@@ -108,9 +109,12 @@ class ReplicationWatch {
   /** Settles once some primary has answered INFO (asking now, once, while none has): the counts are known. */
   known(): Promise<void> {
     if (this.answered) return Promise.resolve();
-    this.asking ??= this.check().finally(() => {
-      this.asking = undefined;
-    });
+    // Outside the caller's trace: the first disable asks, but INFO is the replica's, not the disable's.
+    this.asking ??= context
+      .with(ROOT_CONTEXT, () => this.check())
+      .finally(() => {
+        this.asking = undefined;
+      });
     return this.asking;
   }
 

@@ -72,6 +72,7 @@ const fannedRow = z.object({
   dropped: droppedDeliveries,
 });
 const heldRow = z.object({ held: z.boolean() });
+const advancedRow = z.object({ held: z.boolean(), moved: z.boolean() });
 const countRow = z.object({ n: z.number() });
 const cursorRow = z.object({ batch_id: z.string(), position: z.string().nullable() });
 const backlogRow = z.object({ count: z.number(), oldest_age_seconds: z.number() });
@@ -99,9 +100,19 @@ export const eventJson = (source: string) => sql.fragment`json_build_object(
  * range keeps the planner on the xid index even before the column has statistics, where an open one
  * is estimated at a third of the history and read by a sequential scan.
  */
-const after = (prev: string) =>
+const after = (prev: string | ReturnType<typeof sql.fragment>) =>
   sql.fragment`((e.xid >= pg_snapshot_xmax(${prev}::pg_snapshot) AND e.xid < pg_snapshot_xmax(pg_current_snapshot()))
     OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))`;
+
+/**
+ * Rows of a recorded batch: committed after snapshot `prev` and visible in the batch's `snapshot`.
+ * The range is closed above by the batch's own xmax, so a batch read long after it was taken (a
+ * backlog, a consumer catching up) reads its own rows by the index, never every row written since.
+ */
+const within = (prev: string, snapshot: string) =>
+  sql.fragment`((e.xid >= pg_snapshot_xmax(${prev}::pg_snapshot) AND e.xid < pg_snapshot_xmax(${snapshot}::pg_snapshot))
+    OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))
+    AND pg_visible_in_snapshot(e.xid, ${snapshot}::pg_snapshot)`;
 
 /** The CTE `lease`: the role's lease renewed, only while it is still this replica's (a row: held). */
 const renewed = (role: RelayRole, lease: { token: string; leaseMs: number }) => sql.fragment`lease AS (
@@ -156,8 +167,17 @@ export interface EventBatchStore {
   batchAfter(batchId: string): Promise<{ previous: Batch; batch: Batch } | undefined>;
   /** Events of `batch` (read with the snapshot of `previous`) after `position`, by position, at most `limit`. */
   read(previous: Batch, batch: Batch, afterPosition: string | null, limit: number, source: string): Promise<readonly BatchEvent[]>;
-  /** Moves the consumer's cursor under the `nats` lease (renewed); false: the lease is not this replica's. */
-  advance(consumer: string, lease: { token: string; leaseMs: number }, batchId: string, position: string | null): Promise<boolean>;
+  /**
+   * Moves the consumer's cursor from `from` to `to` under the `nats` lease (renewed). held false: the
+   * lease is not this replica's; moved false (held): the cursor was not at `from` (an operator or a
+   * bench moved it): nothing changed, the caller reads it again.
+   */
+  advance(
+    consumer: string,
+    lease: { token: string; leaseMs: number },
+    from: { batchId: string; position: string | null },
+    to: { batchId: string; position: string | null },
+  ): Promise<{ held: boolean; moved: boolean }>;
   /** Events committed and in no batch yet, and the age of the oldest (seconds; 0 when none). */
   unbatched(): Promise<{ count: number; oldestAgeSeconds: number }>;
   /** Events in batches the consumer has not finished, and the age of the oldest such batch's oldest event. */
@@ -251,7 +271,7 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webh
         const row = await pool.one(sql.type(fannedRow)`
           WITH ${renewed('batches', lease)}, win AS MATERIALIZED (
             SELECT e.* FROM agent_events e
-            WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
+            WHERE ${within(previous.snapshot, batch.snapshot)}
               AND e.position > ${afterPosition ?? '0'}::bigint AND EXISTS (SELECT 1 FROM lease)
           ), page AS (
             SELECT e.position AS pos, e.event_id, e.network_id, e.type, ${eventJson(source)} AS body FROM win e
@@ -297,31 +317,32 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webh
         pool.any(sql.type(eventRow)`
           WITH win AS MATERIALIZED (
             SELECT e.* FROM agent_events e
-            WHERE ${after(previous.snapshot)} AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
+            WHERE ${within(previous.snapshot, batch.snapshot)}
               AND e.position > ${afterPosition ?? '0'}::bigint
           )
           SELECT ${eventColumns(source)} FROM win e
           ORDER BY e.position LIMIT ${limit}`),
       ),
 
-    advance: (consumer, lease, batchId, position) =>
+    advance: (consumer, lease, from, to) =>
       timed('advance_event_consumer', async () => {
-        const row = await pool.one(sql.type(heldRow)`
+        const row = await pool.one(sql.type(advancedRow)`
           WITH ${renewed('nats', lease)}, moved AS (
-            UPDATE event_consumers SET batch_id = ${batchId}::bigint, position = ${position}::bigint, updated_at = now()
-            WHERE name = ${consumer} AND EXISTS (SELECT 1 FROM lease)
+            UPDATE event_consumers SET batch_id = ${to.batchId}::bigint, position = ${to.position}::bigint, updated_at = now()
+            WHERE name = ${consumer} AND batch_id = ${from.batchId}::bigint
+              AND position IS NOT DISTINCT FROM ${from.position}::bigint AND EXISTS (SELECT 1 FROM lease)
             RETURNING 1
           )
-          SELECT EXISTS (SELECT 1 FROM moved) AS held`);
-        return row.held;
+          SELECT EXISTS (SELECT 1 FROM lease) AS held, EXISTS (SELECT 1 FROM moved) AS moved`);
+        return row;
       }),
 
     unbatched: () =>
       timed('unbatched_events', async () => {
         const row = await pool.one(sql.type(backlogRow)`
           SELECT count(*)::int AS count, coalesce(extract(epoch FROM now() - min(e.event_time)), 0)::float8 AS oldest_age_seconds
-          FROM agent_events e, (SELECT snapshot FROM event_batches ORDER BY id DESC LIMIT 1) l
-          WHERE e.xid >= pg_snapshot_xmax(l.snapshot) OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(l.snapshot)))`);
+          FROM agent_events e
+          WHERE ${after(sql.fragment`(SELECT snapshot FROM event_batches ORDER BY id DESC LIMIT 1)`)}`);
         return { count: row.count, oldestAgeSeconds: row.oldest_age_seconds };
       }),
 

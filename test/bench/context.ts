@@ -276,6 +276,8 @@ export async function phase(ctx: BenchContext, name: string, run: () => Promise<
 function startCommand(): { args: string[]; env: Record<string, string> } {
   const start = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
   const words = start.trim().split(/\s+/);
+  // `exec` (the script replaces npm's shell with node, so signals reach it) changes nothing here.
+  if (words[0] === 'exec') words.shift();
   const env: Record<string, string> = {};
   while (/^\w+=/.test(words[0] ?? '')) {
     const [name, ...value] = words.shift()!.split('=');

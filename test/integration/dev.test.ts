@@ -146,7 +146,9 @@ describe('npm run dev left idle', () => {
     ? 'still disables and enables after 3 minutes idle, with the default idle timeout'
     : 'still disables and enables once every connection it had opened idled out';
   it(title, async () => {
-    const dev = await startDev(soak ? {} : { DATABASE_IDLE_TIMEOUT_MS: '1000', EVENTS_RELAY_POLL_INTERVAL_MS: '5000' });
+    const dev = await startDev(
+      soak ? {} : { DATABASE_IDLE_TIMEOUT_MS: '1000', EVENTS_RELAY_POLL_INTERVAL_MS: '5000', EVENTS_FEED_POLL_INTERVAL_MS: '5000' },
+    );
     try {
       await disableAndEnable(dev);
       const opened = databaseConnections(dev.ports.DEV_DATABASE_PORT);

@@ -234,6 +234,33 @@ describe('partner webhooks while NATS is down', () => {
   }, 60_000);
 });
 
+describe('the NATS cursor moved from outside the relay', () => {
+  it('is followed, never written over: the batches it skipped are not published (one page read before the move at most)', async () => {
+    const skipped = await Promise.all(Array.from({ length: 3 }, () => db.agent(networkId)));
+    await nats.stop();
+    try {
+      // One batch each while the broker is away: the relay's NATS step keeps failing on the first.
+      for (const agentId of skipped) {
+        expect((await svc.setStatus(key, agentId, true)).statusCode).toBe(200);
+        await waitFor(async () => (await db.unbatchedEvents(agentId)) === 0, {
+          timeoutMs: 10_000,
+          intervalMs: 20,
+          failure: 'never batched',
+        });
+      }
+      // An operator skips the backlog.
+      await db.pool.query("UPDATE event_consumers SET batch_id = (SELECT max(id) FROM event_batches), position = NULL WHERE name = 'nats'");
+    } finally {
+      await nats.start();
+    }
+    const later = await db.agent(networkId);
+    expect((await svc.setStatus(key, later, true)).statusCode).toBe(200);
+    await streamed([later], 1, 30_000);
+    const published = (await nats.messages(stream)).filter((m) => skipped.includes(m.event.data.agentId));
+    expect(published.length).toBeLessThanOrEqual(1);
+  }, 60_000);
+});
+
 describe('a batch larger than a page', () => {
   it('gets every webhook delivery and every NATS publish, page by page', async () => {
     const receiver = await startReceiver();

@@ -152,7 +152,11 @@ describe('the chart with k8s-dev/values-dev.yaml', () => {
         sectionName: gateway.spec.listeners[0].name,
       },
     ]);
-    expect(route.spec.rules.map((rule: Json) => rule.matches)).toEqual([[{ path: { type: 'PathPrefix', value: '/partner/' } }]]);
+    // The events feed's streams first (a rule of their own, with the stream's timeouts), then the rest of /partner/.
+    expect(route.spec.rules.map((rule: Json) => rule.matches)).toEqual([
+      [{ path: { type: 'Exact', value: '/partner/events' } }],
+      [{ path: { type: 'PathPrefix', value: '/partner/' } }],
+    ]);
     // Every host: the suite's requests carry Host: localhost:<port>.
     expect(route.spec.hostnames).toBeUndefined();
   });

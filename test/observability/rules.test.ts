@@ -110,10 +110,10 @@ describe('the alert rule file', () => {
       'PartnerAgentStatusSpendManagementCredentialsRejected',
       // the oldest due delivery's wait is itself the 10 minutes
       'PartnerAgentStatusWebhookDeliveriesBehind',
-      // one endpoint disabled is the event to act on; the hour of increase() keeps it firing
-      'PartnerAgentStatusWebhookEndpointDisabled',
       // any delivery not made is the event to act on; the 15 minutes of increase() keep it firing
       'PartnerAgentStatusWebhookDeliveriesDropped',
+      // one endpoint disabled is the event to act on; the hour of increase() keeps it firing
+      'PartnerAgentStatusWebhookEndpointDisabled',
     ]);
   });
 

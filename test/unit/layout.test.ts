@@ -266,9 +266,8 @@ const maxMethodLines = 120;
 // Closure state: a function whose inner functions share more than this many `let`s is a state
 // machine in disguise (three background loops were, before src/workers/): give it a class.
 const maxClosureLets = 3;
-// Exempt by name, for now only: the events relay and the webhook sender are being rewritten on
-// their own branches (they become instances of src/workers/); the exemption goes once they are.
-const closureLetExemptions = new Set(['src/events/outbox-relay.ts']);
+// No exemption: every background loop is a class or an instance of src/workers/.
+const closureLetExemptions = new Set<string>();
 
 interface Block {
   kind: 'function' | 'method';

@@ -2,6 +2,9 @@
 -- `event_batches` (payload: its id) when the relay's statement that records it commits, so each
 -- replica's one listener wakes its live streams without polling (docs/events-order.md). A
 -- notification is sent at commit only, never for a batch that rolled back; at most one a poll.
+-- A short lock_timeout keeps this file out of any lock queue (the trigger takes a lock on event_batches).
+SET LOCAL lock_timeout = '3s';
+
 CREATE OR REPLACE FUNCTION public.announce_event_batch() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
