@@ -49,7 +49,11 @@ async function agentWith(partner: typeof a, campaigns: number): Promise<string> 
 }
 
 describe('fair sharing of spend-management calls', () => {
-  it("network B's disable beside network A's eight big ones takes at most twice as long as alone", { timeout: 120_000 }, async () => {
+  // Ratios of latencies on a shared machine: the retries guard against another process's burst only.
+  it("network B's disable beside network A's eight big ones takes at most twice as long as alone", {
+    timeout: 120_000,
+    retry: 2,
+  }, async () => {
     const sim = environment.simulator.simulator;
     const bAlone = await agentWith(b, 400);
     const bBeside = await agentWith(b, 400);
@@ -71,7 +75,7 @@ describe('fair sharing of spend-management calls', () => {
     }
   });
 
-  it("a request's disable does not wait behind the worker's backlog", { timeout: 120_000 }, async () => {
+  it("a request's disable does not wait behind the worker's backlog", { timeout: 120_000, retry: 2 }, async () => {
     const sim = environment.simulator.simulator;
     const bAlone = await agentWith(b, 400);
     const bBeside = await agentWith(b, 400);

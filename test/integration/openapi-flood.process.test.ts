@@ -38,7 +38,9 @@ function p99(samples: number[]): number {
 }
 
 describe('a flood of OpenAPI documents', () => {
-  it("leaves B's reads as fast as alone", { timeout: 300_000 }, async () => {
+  // A ratio of latencies measured on a shared machine: a second and third try guard against another
+  // process's burst, never against a real regression, which fails every try.
+  it("leaves B's reads as fast as alone", { timeout: 300_000, retry: 2 }, async () => {
     const agentId = await db.agent(b.networkId);
     const partner = new Pool(service.baseUrl, { connections: 1 });
     const crawler = new Pool(service.baseUrl, { connections: 32 });
