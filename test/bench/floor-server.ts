@@ -54,7 +54,9 @@ switch (floor) {
     break;
   }
   case 'slonik': {
-    const pool = await createDatabasePool({ url: databaseUrl, maxPoolSize: poolSize, statementTimeoutMs: 5_000 });
+    // As the service's request pool: a statement waits for a connection at most the request
+    // deadline (REQUEST_DEADLINE_MS, 25 s by default), not the worker pools' statement bound.
+    const pool = await createDatabasePool({ url: databaseUrl, maxPoolSize: poolSize, statementTimeoutMs: 5_000, maxWaitMs: 25_000 });
     closers.push(() => pool.end());
     const one = z.object({ one: z.number() });
     app.get('/floor', async () => ({ one: await pool.oneFirst(sql.type(one)`SELECT 1 AS one`) }));
