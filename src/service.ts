@@ -401,12 +401,12 @@ function watchFailover(metrics: Metrics, logger: Logger): ServerFailover {
 
 /**
  * Whether this replica's events feed keeps a LISTEN session (src/events/batch-wake.ts): not behind a
- * transaction pooler (no session to keep), and only when the request share can give up one of its
- * connections for it, so that every connection the replica opens stays within DATABASE_MAX_CONNECTIONS;
+ * transaction pooler (no session to keep), and only when the request share (3 or more) can give up
+ * one of its connections for it, so that every connection the replica opens stays within DATABASE_MAX_CONNECTIONS;
  * otherwise the feed polls for new batches.
  */
 function feedListens(config: Config): boolean {
-  return config.databasePooler === 'none' && config.databaseConnections.request >= 2;
+  return config.databasePooler === 'none' && config.databaseConnections.request >= 3;
 }
 
 /**
