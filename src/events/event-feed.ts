@@ -15,7 +15,7 @@ import { encodeCursor, isAfter } from './feed-cursor.js';
  */
 
 /** Events a page scan reads at most (all networks) per statement, and statements a page makes at most. */
-const scanBudget = 5_000;
+const scanBudget = 1_000;
 const scansPerPage = 4;
 /** Events a stream may have waiting for its client before it is ended (it resumes with Last-Event-ID). */
 const maxQueuedBytes = 4 * 1024 * 1024;

@@ -88,7 +88,7 @@ const scanRow = z.object({
 });
 
 /** Batches one scan statement reads at most. */
-const maxBatchesPerScan = 2_000;
+const maxBatchesPerScan = 500;
 
 export function createEventFeedStore(pool: DatabasePool, metrics: Metrics): EventFeedStore {
   const timed = postgresCall(metrics);

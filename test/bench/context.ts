@@ -315,6 +315,9 @@ export async function startService(ctx: BenchContext, name: string, env: Record<
       PARTNER_KEYS_FILE: ctx.keysFile,
       LOG_LEVEL: 'info',
       DRAIN_DELAY_MS: '0',
+      // Within the 15 s a stop waits before SIGKILL: whatever the service still waits on at its own
+      // deadline is cut, and it exits 0 (docs/interfaces.md §3).
+      SHUTDOWN_TIMEOUT_MS: '10000',
       OTEL_SDK_DISABLED: 'true',
       RATE_LIMIT_MAX: unreachableRateLimit,
       // The 401 path is measured as it is: bad keys are shed first only where a phase says so (flood).
