@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { PartnerApiError } from '../../clients/typescript/src/errors.js';
+import { PartnerApiError, PartnerEventError } from '../../clients/typescript/src/errors.js';
 import { listenToEvents } from '../../clients/typescript/src/events.js';
 import { createTransport, defaultRetry } from '../../clients/typescript/src/transport.js';
 import { waitFor } from '../support/wait.js';
@@ -113,5 +113,34 @@ describe('the live listener', () => {
     expect(failure).toBeInstanceOf(PartnerApiError);
     expect(failure).toMatchObject({ status: 410, type: 'urn:partner-agent-status:problem:events-gone' });
     expect(run.waits).toEqual([]);
+  });
+
+  it('an event whose data is not JSON ends it with PartnerEventError naming the event, without a reconnect', async () => {
+    const bad = 'id: c2\nevent: partner-agent-status.agent.disabled\ndata: {"id":\n\n';
+    const run = listener([stream(event('c1') + bad).script], { after: 'c0' });
+    expect((await run.events.next()).value).toMatchObject({ id: 'c1' });
+    const failure = await run.events.next().catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(PartnerEventError);
+    expect(failure).toMatchObject({ eventId: 'c2', previousEventId: 'c1' });
+    expect(String((failure as Error).message)).not.toContain('partner-test-key-made-here');
+    expect(run.waits).toEqual([]);
+    expect(run.requests).toHaveLength(1);
+  });
+
+  it("waits at least the stream's retry: before a later reconnect, and the backoff when that is longer", async () => {
+    const run = listener([stream(`retry: 2000\n\n${event('c1')}`, true).script, problem(503, 'unavailable'), stream(event('c2')).script], {
+      reconnect: { baseDelayMs: 10_000, maxDelayMs: 10_000 },
+    });
+    expect((await run.events.next()).value).toMatchObject({ id: 'c1' });
+    expect((await run.events.next()).value).toMatchObject({ id: 'c2' });
+    // The ended stream: half of 10 s (the backoff is longer); the 503: the same, the retry's 2 s being less.
+    expect(run.waits).toEqual([5_000, 5_000]);
+    await run.events.return(undefined);
+    const short = listener([stream(`retry: 2000\n\n${event('c1')}`, true).script, stream(event('c2')).script], {});
+    expect((await short.events.next()).value).toMatchObject({ id: 'c1' });
+    expect((await short.events.next()).value).toMatchObject({ id: 'c2' });
+    // Half of the 500 ms base is less than the stream's 2 s: the stream's retry wins.
+    expect(short.waits).toEqual([2_000]);
+    await short.events.return(undefined);
   });
 });

@@ -64,3 +64,23 @@ export class PartnerNetworkError extends PartnerClientError {
     this.attempts = attempts;
   }
 }
+
+/**
+ * An event on the live stream whose `data:` is not a JSON CloudEvent. The listener ends with it
+ * rather than reconnecting: a reconnect would read the same event again, for ever. `eventId` is its
+ * cursor: `listenToEvents({ after: eventId })` resumes after it (skipping it), `previousEventId`
+ * before it (reading it again, once the cause is fixed).
+ */
+export class PartnerEventError extends PartnerClientError {
+  override name = 'PartnerEventError';
+  readonly eventId: string;
+  readonly previousEventId: string | undefined;
+
+  constructor(eventId: string, previousEventId: string | undefined, cause: unknown) {
+    super(`the event ${eventId} on the stream is not JSON; resume with after: '${eventId}' to skip it`, {
+      cause: { name: (cause as Error).name, message: (cause as Error).message },
+    });
+    this.eventId = eventId;
+    this.previousEventId = previousEventId;
+  }
+}

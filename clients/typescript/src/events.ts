@@ -1,4 +1,4 @@
-import { PartnerApiError, PartnerNetworkError } from './errors.js';
+import { PartnerApiError, PartnerEventError, PartnerNetworkError } from './errors.js';
 import { SseParser } from './sse.js';
 import type { Call } from './transport.js';
 import type { PartnerEvent } from './webhooks.js';
@@ -41,13 +41,26 @@ export interface ListenDependencies {
   random?: () => number;
 }
 
-/** An answer the listener must not repeat unchanged: a 4xx other than 429 (400, 401, 410 events-gone). */
+/**
+ * What the listener must not repeat unchanged: a 4xx other than 429 (400, 401, 410 events-gone), or
+ * an event that is not JSON (read again on every reconnect).
+ */
 function fatal(error: unknown): boolean {
+  if (error instanceof PartnerEventError) return true;
   return error instanceof PartnerApiError && error.status >= 400 && error.status < 500 && error.status !== 429;
 }
 
 function aborted(signal: AbortSignal | undefined): boolean {
   return signal?.aborted ?? false;
+}
+
+/** The CloudEvent of a message; a PartnerEventError (which ends the listener) when it is not JSON. */
+function parsedEvent(id: string, previous: string | undefined, data: string): PartnerEvent {
+  try {
+    return JSON.parse(data) as PartnerEvent;
+  } catch (error) {
+    throw new PartnerEventError(id, previous === '' ? undefined : previous, error);
+  }
 }
 
 /**
@@ -69,8 +82,10 @@ async function* readStream(response: Response, parser: SseParser, idleTimeoutMs:
       const { done, value } = await reader.read();
       if (done) return;
       armIdle();
+      let previous = parser.lastEventId;
       for (const message of parser.push(value)) {
-        yield { id: message.id, type: message.type, event: JSON.parse(message.data) as PartnerEvent } satisfies ListenedEvent;
+        yield { id: message.id, type: message.type, event: parsedEvent(message.id, previous, message.data) } satisfies ListenedEvent;
+        previous = message.id;
       }
     }
   } finally {
@@ -84,7 +99,9 @@ async function* readStream(response: Response, parser: SseParser, idleTimeoutMs:
  * GET /partner/events, reconnected after any loss with `Last-Event-ID` (so no event is missed or
  * repeated) after a capped, jittered backoff; a 429 too-many-streams or 503 waits its Retry-After
  * first. A 4xx other than 429 (a 410 when the cursor is older than the retention) ends it with the
- * PartnerApiError. An abort of `signal` ends it quietly.
+ * PartnerApiError. An event that is not JSON ends it with a PartnerEventError. A stream that sent
+ * `retry:` is waited for at least that long before each later reconnect. An abort of `signal` ends
+ * it quietly.
  */
 export async function* listenToEvents(dependencies: ListenDependencies, options: ListenOptions = {}): AsyncGenerator<ListenedEvent> {
   const baseDelayMs = options.reconnect?.baseDelayMs ?? 500;
@@ -94,6 +111,8 @@ export async function* listenToEvents(dependencies: ListenDependencies, options:
   const path = dependencies.path({ types: options.types?.join(','), agentId: options.agentId });
   let lastEventId = options.after;
   let failures = 0;
+  /** The stream's `retry:` (its reconnection time, WHATWG): the least a reconnect waits once sent. */
+  let serverRetryMs: number | undefined;
   while (!aborted(options.signal)) {
     const cancel = new AbortController();
     const signal = options.signal ? AbortSignal.any([options.signal, cancel.signal]) : cancel.signal;
@@ -109,9 +128,13 @@ export async function* listenToEvents(dependencies: ListenDependencies, options:
       // Connected: the backoff starts over (a stream that fails at once still waits base * jitter).
       failures = 0;
       const parser = new SseParser(lastEventId);
-      for await (const event of readStream(response, parser, idleTimeoutMs, cancel)) {
-        lastEventId = event.id;
-        yield event;
+      try {
+        for await (const event of readStream(response, parser, idleTimeoutMs, cancel)) {
+          lastEventId = event.id;
+          yield event;
+        }
+      } finally {
+        serverRetryMs = parser.retryMs ?? serverRetryMs;
       }
       // The service ended the stream (a drain, a restart): reconnect at once, as after a failure.
       throw new Error('the event stream ended');
@@ -121,7 +144,7 @@ export async function* listenToEvents(dependencies: ListenDependencies, options:
       failures += 1;
       const backoff = Math.floor(random() * Math.min(maxDelayMs, baseDelayMs * 2 ** (failures - 1)));
       const retryAfter = error instanceof PartnerApiError ? (error.retryAfterSeconds ?? 0) * 1000 : 0;
-      const delayMs = retryAfter + backoff;
+      const delayMs = retryAfter + Math.max(backoff, serverRetryMs ?? 0);
       options.onReconnect?.({ error, attempt: failures, delayMs, lastEventId });
       try {
         await dependencies.sleep(delayMs, options.signal);

@@ -30,7 +30,7 @@ export {
   type WebhookEndpoint,
   type WebhookEndpointRequest,
 } from './client.js';
-export { PartnerApiError, PartnerClientError, PartnerNetworkError, type Problem } from './errors.js';
+export { PartnerApiError, PartnerClientError, PartnerEventError, PartnerNetworkError, type Problem } from './errors.js';
 export type { EventFilter, ListenedEvent, ListenOptions } from './events.js';
 export * from './generated/versions.js';
 export { type SseMessage, SseParser } from './sse.js';
