@@ -112,7 +112,7 @@ export async function registerRoutes(app: HttpApp, deps: RouteDeps): Promise<voi
     utilizationPercent: deps.limits.overloadUnauthenticatedUtilizationPercent,
     overloadMaxEventLoopDelayMs: deps.limits.overloadMaxEventLoopDelayMs,
   });
-  await registerOpenApi(app, deps.apiVersionDeprecations ?? new Map(), shedding.hook);
+  await registerOpenApi(app, deps.apiVersionDeprecations ?? new Map(), shedding);
   await app.register(referencePageRoutes, { prefix: partnerPrefix, shed: shedding.hook });
   await app.register(healthRoutes, { isReady: deps.isReady });
 

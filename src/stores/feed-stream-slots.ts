@@ -35,22 +35,27 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
 return 1`;
 
 export function createStreamSlots(redis: Redis | Cluster | undefined, keyPrefix: string, leaseMs: number): StreamSlots {
-  const local = new Map<string, number>();
-  const localSlot = (networkId: string, max: number): StreamSlot | undefined => {
-    const held = local.get(networkId) ?? 0;
-    if (held >= max) return undefined;
-    local.set(networkId, held + 1);
+  /**
+   * Every slot this replica holds, by network, however it was taken: when Redis cannot be asked, a
+   * new stream is counted against all of them (a count of only the slots taken without Redis let a
+   * sixth stream in beside five taken through it, seen on a busy machine).
+   */
+  const held = new Map<string, number>();
+  const hold = (networkId: string, release: () => Promise<void>): StreamSlot['release'] => {
+    held.set(networkId, (held.get(networkId) ?? 0) + 1);
     let released = false;
-    return {
-      renew: async () => undefined,
-      release: async () => {
-        if (released) return;
-        released = true;
-        const left = (local.get(networkId) ?? 1) - 1;
-        if (left > 0) local.set(networkId, left);
-        else local.delete(networkId);
-      },
+    return async () => {
+      if (released) return;
+      released = true;
+      const left = (held.get(networkId) ?? 1) - 1;
+      if (left > 0) held.set(networkId, left);
+      else held.delete(networkId);
+      await release();
     };
+  };
+  const localSlot = (networkId: string, max: number): StreamSlot | undefined => {
+    if ((held.get(networkId) ?? 0) >= max) return undefined;
+    return { renew: async () => undefined, release: hold(networkId, async () => undefined) };
   };
   return {
     async take(networkId, max) {
@@ -68,9 +73,9 @@ export function createStreamSlots(redis: Redis | Cluster | undefined, keyPrefix:
         renew: async () => {
           await redis.eval(renewScript, 1, key, leaseMs, member).catch(() => undefined);
         },
-        release: async () => {
+        release: hold(networkId, async () => {
           await redis.zrem(key, member).catch(() => undefined);
-        },
+        }),
       };
     },
   };

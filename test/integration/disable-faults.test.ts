@@ -154,6 +154,12 @@ describe('a database connection that stops answering (black-holed, not closed)',
     const viaProxy = new URL(databaseUrl());
     viaProxy.port = String(proxy.port);
     try {
+      // The statement held must be this request's: no earlier test's disable left for the new
+      // replica's worker to mark (on a busy machine one once was, and the request answered 200).
+      await until(
+        'no disable of an earlier test pending',
+        async () => (await db.pool.query('SELECT 1 FROM pending_disables')).rowCount === 0,
+      );
       const svc = await start({
         DATABASE_URL: viaProxy.toString(),
         DATABASE_STATEMENT_TIMEOUT_MS: '1000',

@@ -1,11 +1,12 @@
 import { createHash } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
 import swagger, { type FastifyDynamicSwaggerOptions } from '@fastify/swagger';
-import type { FastifyInstance, onRequestAsyncHookHandler } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { type ApiVersion, apiVersionNames, type Deprecations, isApiVersion, newestApiVersion } from '../../api-versions.js';
 import { documentOfVersion } from '../api-version-documents.js';
 import { documentedPath, partnerPath, partnerPrefix, partnerRoutes } from '../paths.js';
 import { problem, problemDetails, sendProblem } from '../problems.js';
+import type { UnauthenticatedShedding } from '../unauthenticated-shedding.js';
 import { problemResponse } from './problem-schema.js';
 
 /** A document as sent (its bytes, and gzipped), and its ETag. */
@@ -122,7 +123,7 @@ export async function registerOpenApi(
   // biome-ignore lint/suspicious/noExplicitAny: the plugin takes any logger and type provider
   app: FastifyInstance<any, any, any, any, any>,
   deprecations: Deprecations = new Map(),
-  shed?: onRequestAsyncHookHandler,
+  shedding?: Pick<UnauthenticatedShedding, 'hook' | 'shed' | 'overDocumentBudget'>,
 ): Promise<void> {
   await app.register(swagger, {
     openapi: {
@@ -201,7 +202,7 @@ export async function registerOpenApi(
   app.get(
     partnerPath(partnerRoutes.openApi),
     {
-      ...(shed ? { onRequest: shed } : {}),
+      ...(shedding ? { onRequest: shedding.hook } : {}),
       schema: {
         operationId: 'getOpenApiDocument',
         summary: 'This OpenAPI document',
@@ -265,10 +266,12 @@ export async function registerOpenApi(
       // Replaces the app's no-store: the document changes only with the service's version.
       reply.header('etag', document.etag).header('cache-control', 'public, max-age=300').header('vary', 'accept-encoding');
       if (etagMatches(request.headers['if-none-match'], document.etag)) return reply.code(304).send();
+      const gzip = /\bgzip\b/.test(String(request.headers['accept-encoding'] ?? ''));
+      const bytes = gzip ? document.gzipped : document.body;
+      if (shedding?.overDocumentBudget(bytes.length)) return shedding.shed(request, reply);
       reply.type('application/json; charset=utf-8');
-      if (/\bgzip\b/.test(String(request.headers['accept-encoding'] ?? '')))
-        return reply.header('content-encoding', 'gzip').send(document.gzipped);
-      return reply.send(document.body);
+      if (gzip) return reply.header('content-encoding', 'gzip').send(bytes);
+      return reply.send(bytes);
     },
   );
 }
