@@ -84,6 +84,8 @@ export class EventRelay {
   private errors = 0;
   private stopped = true;
   private running: Promise<void> | undefined;
+  /** The backlog counts under way, beside the passes. */
+  private statsRunning: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private wake: (() => void) | undefined;
 
@@ -112,6 +114,7 @@ export class EventRelay {
     clearTimeout(this.timer);
     this.wake?.();
     await this.running;
+    await this.statsRunning;
     for (const role of roles) {
       if (!this.holds[role]) continue;
       this.holds[role] = false;
@@ -379,11 +382,20 @@ export class EventRelay {
     const { batches, outbox, settings } = this.deps;
     // The holder of `batches` reports every stage (a dead NATS consumer then shows as a growing
     // age, whichever replica would take it); a replica that loses the role zeroes its figures.
-    if (this.holds.batches && now >= this.due.stats) {
+    // The counts run beside the passes, never in one: each reads every event not yet consumed (a
+    // backlog's worth), and a pass that waited for them held every batch back by as long (a bench
+    // saw 170-350 ms every 5 s).
+    if (this.holds.batches && now >= this.due.stats && !this.statsRunning) {
       this.due.stats = now + statsIntervalMs;
-      this.report('batches', await batches.unbatched());
-      this.report('outbox', this.outboxDrained ? idle : await outbox.backlog());
-      this.report('nats', (await batches.brokerSeen()) ? await batches.unconsumed(natsConsumer) : idle);
+      this.statsRunning = (async () => {
+        this.report('batches', await batches.unbatched());
+        this.report('outbox', this.outboxDrained ? idle : await outbox.backlog());
+        this.report('nats', (await batches.brokerSeen()) ? await batches.unconsumed(natsConsumer) : idle);
+      })()
+        .catch((error: unknown) => this.warn({ reason: (error as Error).message }, 'could not count the events backlog'))
+        .finally(() => {
+          this.statsRunning = undefined;
+        });
     }
     if (this.holds.batches && now >= this.due.prune) {
       this.due.prune = now + pruneIntervalMs;

@@ -241,9 +241,11 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webh
             FROM win w HAVING count(*) > 0
             RETURNING id, snapshot, events
           ), batch AS (
-            SELECT e.position AS pos, e.event_id, e.network_id, ${eventColumns(source)} FROM win e
+            -- The first rows by position, then their CloudEvents: composed for the page only, never
+            -- for every row of a big batch before the LIMIT (a 20,000-event batch cost 180 ms a page).
+            SELECT e.position AS pos, e.event_id, e.network_id, ${eventColumns(source)}
+            FROM (SELECT w.* FROM win w ORDER BY w.position LIMIT ${limit}) e
             WHERE EXISTS (SELECT 1 FROM recorded)
-            ORDER BY e.position LIMIT ${limit}
           ), whole AS (
             -- The webhooks had every earlier batch, and this one is all here: fanned out now.
             SELECT coalesce((SELECT events FROM recorded) <= ${limit}, false)
@@ -270,12 +272,17 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webh
       timed('fan_out_event_batch', async () => {
         const row = await pool.one(sql.type(fannedRow)`
           WITH ${renewed('batches', lease)}, win AS MATERIALIZED (
+            -- Only the events of networks with an endpoint: a delivery is made for the endpoints
+            -- there are when the page is fanned out, so the others' events are passed over without
+            -- being read (most networks have none; a bench batch of 20,000 of them cost 200 ms a page).
             SELECT e.* FROM agent_events e
             WHERE ${within(previous.snapshot, batch.snapshot)}
               AND e.position > ${afterPosition ?? '0'}::bigint AND EXISTS (SELECT 1 FROM lease)
+              AND EXISTS (SELECT 1 FROM webhook_endpoints w WHERE w.network_id = e.network_id AND w.enabled)
           ), page AS (
-            SELECT e.position AS pos, e.event_id, e.network_id, e.type, ${eventJson(source)} AS body FROM win e
-            ORDER BY e.position LIMIT ${limit}
+            -- The page's rows first, then their CloudEvents (as in take).
+            SELECT e.position AS pos, e.event_id, e.network_id, e.type, ${eventJson(source)} AS body
+            FROM (SELECT w.* FROM win w ORDER BY w.position LIMIT ${limit}) e
           ), moved AS (
             UPDATE event_consumers
             SET batch_id = CASE WHEN (SELECT count(*) FROM page) < ${limit} THEN ${batch.id}::bigint ELSE batch_id END,
@@ -320,8 +327,8 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webh
             WHERE ${within(previous.snapshot, batch.snapshot)}
               AND e.position > ${afterPosition ?? '0'}::bigint
           )
-          SELECT ${eventColumns(source)} FROM win e
-          ORDER BY e.position LIMIT ${limit}`),
+          SELECT ${eventColumns(source)} FROM (SELECT w.* FROM win w ORDER BY w.position LIMIT ${limit}) e
+          ORDER BY e.position`),
       ),
 
     advance: (consumer, lease, from, to) =>

@@ -138,8 +138,8 @@ export function createEventFeedStore(pool: DatabasePool, metrics: Metrics): Even
               ORDER BY b.id LIMIT ${maxBatchesPerScan}) c
             WHERE c.before < ${budget}
           ), found AS (
-            SELECT bs.id AS batch_id, e.position AS pos, e.agent_id, e.network_id, e.type,
-                   ${eventJson(source)} AS event, extract(epoch FROM clock_timestamp() - e.event_time)::float8 AS age
+            -- The page's rows first; their CloudEvents are composed below, for these rows only.
+            SELECT bs.id AS batch_id, e.*
             FROM bs CROSS JOIN LATERAL (
               SELECT * FROM agent_events e
               WHERE ((e.xid >= pg_snapshot_xmax(bs.prev) AND e.xid < pg_snapshot_xmax(bs.snapshot))
@@ -152,9 +152,10 @@ export function createEventFeedStore(pool: DatabasePool, metrics: Metrics): Even
             LIMIT ${limit}
           )
           SELECT (SELECT max(id) FROM bs)::text AS "scannedTo",
-                 coalesce((SELECT json_agg(json_build_object('batch', f.batch_id::text, 'position', f.pos::text, 'agentId', f.agent_id,
-                                  'networkId', f.network_id::text, 'type', f.type, 'event', f.event, 'ageSeconds', f.age)
-                                  ORDER BY f.batch_id, f.pos) FROM found f), '[]'::json) AS rows`);
+                 coalesce((SELECT json_agg(json_build_object('batch', e.batch_id::text, 'position', e.position::text, 'agentId', e.agent_id,
+                                  'networkId', e.network_id::text, 'type', e.type, 'event', ${eventJson(source)},
+                                  'ageSeconds', extract(epoch FROM clock_timestamp() - e.event_time)::float8)
+                                  ORDER BY e.batch_id, e.position) FROM found e), '[]'::json) AS rows`);
         return { events: row.rows, scannedTo: row.scannedTo ?? undefined };
       }),
 
