@@ -24,7 +24,8 @@ import { connect, createServer, type Socket } from 'node:net';
  */
 export async function startTcpProxy(
   target: { host: string; port: number },
-  hold?: { marker: string; count: number; answers?: 'lost' | 'reset' },
+  /** `also`: a second string the same bytes must hold (a statement's name and one of its parameters). */
+  hold?: { marker: string; also?: string; count: number; answers?: 'lost' | 'reset' },
 ) {
   const sockets = new Set<Socket>();
   let cut = false;
@@ -49,7 +50,7 @@ export async function startTcpProxy(
     stalls.add(stall);
     client.on('close', () => stalls.delete(stall));
     client.on('data', (chunk: Buffer) => {
-      if (!blackholed && !resetOnAnswer && hold && toHold > 0 && chunk.includes(hold.marker)) {
+      if (!blackholed && !resetOnAnswer && hold && toHold > 0 && chunk.includes(hold.marker) && chunk.includes(hold.also ?? '')) {
         toHold -= 1;
         held += 1;
         if (hold.answers === 'reset') resetOnAnswer = true;
