@@ -476,7 +476,17 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       for (;;) {
         const left = await unconverged();
         if (left.length === 0) break;
-        if (Date.now() - healedAt > 60_000) throw new Error(`seed ${seed}: not converged 60 s after healing: ${left.join(', ')}`);
+        if (Date.now() - healedAt > 60_000) {
+          // What the next reader needs: each agent's pending row (its attempts, last error, when it is
+          // due and who holds it) and how many of its campaigns still run.
+          const { rows } = await db.pool.query(
+            `SELECT a.agent_id, p.attempts, p.last_error, round(extract(epoch FROM p.next_attempt_at - now()))::int AS due_in_s,
+                    p.lease_owner, (SELECT count(*)::int FROM campaigns c WHERE c.agent_id = a.agent_id AND c.active AND NOT c.paused) AS running
+             FROM unnest($1::text[]) AS a(agent_id) LEFT JOIN pending_disables p ON p.agent_id = a.agent_id`,
+            [left],
+          );
+          throw new Error(`seed ${seed}: not converged 60 s after healing: ${JSON.stringify(rows)}`);
+        }
         await sleep(250);
       }
       console.log(`chaos: converged ${Date.now() - healedAt} ms after healing`);
