@@ -60,6 +60,12 @@ export async function testEnvironment(partners: PartnerKeyRecord[], options: Tes
       // No test relies on the defaults; the shedding tests set the thresholds they are about.
       OVERLOAD_MAX_EVENT_LOOP_DELAY_MS: '60000',
       OVERLOAD_UNAUTHENTICATED_UTILIZATION_PERCENT: '100',
+      // PostgreSQL's 100 connections are the machine's, shared with anything else running there:
+      // two `npm test` side by side (four test files, some with three replicas) took 104 at 17 a
+      // replica, and services failed to start with "too many clients" (issue 37). A test replica
+      // needs no more than 10 (requests 5, worker 2, claim checks 2, readiness 1); the tests of
+      // the budget itself set their own.
+      DATABASE_MAX_CONNECTIONS: '10',
     } as Record<string, string>,
     /** Stops the simulator it started (not one it was given) and removes the key directory. */
     async close() {
