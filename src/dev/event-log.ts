@@ -13,7 +13,7 @@ export function printEvents(db: PGlite, write: (line: string) => void, intervalM
     const { rows } = await db.query<{ position: number; type: string; subject: string; data: Record<string, unknown> }>(
       `SELECT position::float8 AS position, 'partner-agent-status.' || type AS type, agent_id AS subject,
               json_strip_nulls(json_build_object('enabled', enabled, 'changeId', agent_seq, 'pausedCampaignCount', paused_count)) AS data
-         FROM agent_events WHERE position > $1 ORDER BY position LIMIT 100`,
+         FROM agent_events WHERE position > $1 AND xid IS NOT NULL ORDER BY position LIMIT 100`,
       [last],
     );
     for (const { position, type, subject, data } of rows) {

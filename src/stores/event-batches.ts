@@ -38,11 +38,16 @@ export interface BatchEvent {
   ageSeconds: number;
 }
 
-/** A recorded batch: its id, the snapshot it was read with, how many events it holds. */
+/**
+ * A recorded batch: its id, the snapshot it was read with, how many events it holds, and the least
+ * and greatest position among them (null for batch 0, the starting point, which holds none).
+ */
 export interface Batch {
   id: string;
   snapshot: string;
   events: number;
+  firstPosition: string | null;
+  lastPosition: string | null;
 }
 
 const eventRow = z.object({
@@ -54,12 +59,22 @@ const eventRow = z.object({
   event: z.string(),
   ageSeconds: z.number(),
 });
-const batchRow = z.object({ id: z.string(), snapshot: z.string(), events: z.number() });
+const batchRow = z.object({
+  id: z.string(),
+  snapshot: z.string(),
+  events: z.number(),
+  firstPosition: z.string().nullable(),
+  lastPosition: z.string().nullable(),
+});
+const batchColumns = sql.fragment`b.id::text, b.snapshot::text, b.events,
+  b.first_position::text AS "firstPosition", b.last_position::text AS "lastPosition"`;
 const takenRow = z.object({
   held: z.boolean(),
   id: z.string().nullable(),
   snapshot: z.string().nullable(),
   events: z.number().nullable(),
+  first_position: z.string().nullable(),
+  last_position: z.string().nullable(),
   rows: z.array(eventRow),
   fanned_out: z.boolean(),
   dropped: droppedDeliveries,
@@ -105,14 +120,20 @@ const after = (prev: string | ReturnType<typeof sql.fragment>) =>
     OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))`;
 
 /**
- * Rows of a recorded batch: committed after snapshot `prev` and visible in the batch's `snapshot`.
- * The range is closed above by the batch's own xmax, so a batch read long after it was taken (a
- * backlog, a consumer catching up) reads its own rows by the index, never every row written since.
+ * The rows of a page of recorded batch `batch` after `afterPosition`: read by position (the
+ * tables' primary keys), within the least and greatest position the batch recorded, each row kept
+ * when it is visible in the batch's snapshot and not in the previous batch's (the batch's very
+ * definition). With ORDER BY position and a LIMIT, a page reads from where the last page stopped to
+ * its own last row, never the batch again: a big batch (a backlog, a consumer catching up) costs
+ * its rows once, where reading it by the xid index cost the whole batch per page (a 20,000-event
+ * batch paged by 1,000 read 210,000 rows). The xid tests are functions, never an index condition,
+ * so the planner has only the position's order to go by.
  */
-const within = (prev: string, snapshot: string) =>
-  sql.fragment`((e.xid >= pg_snapshot_xmax(${prev}::pg_snapshot) AND e.xid < pg_snapshot_xmax(${snapshot}::pg_snapshot))
-    OR e.xid = ANY (ARRAY(SELECT pg_snapshot_xip(${prev}::pg_snapshot))))
-    AND pg_visible_in_snapshot(e.xid, ${snapshot}::pg_snapshot)`;
+const pageOf = (previous: Batch, batch: Batch, afterPosition: string | null) =>
+  sql.fragment`e.position >= ${batch.firstPosition ?? '0'}::bigint AND e.position <= ${batch.lastPosition ?? '-1'}::bigint
+    AND e.position > ${afterPosition ?? '0'}::bigint
+    AND pg_visible_in_snapshot(e.xid, ${batch.snapshot}::pg_snapshot)
+    AND NOT pg_visible_in_snapshot(e.xid, ${previous.snapshot}::pg_snapshot)`;
 
 /** The CTE `lease`: the role's lease renewed, only while it is still this replica's (a row: held). */
 const renewed = (role: RelayRole, lease: { token: string; leaseMs: number }) => sql.fragment`lease AS (
@@ -223,7 +244,7 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webh
     latest: () =>
       timed('latest_event_batch', async () =>
         pool.one(sql.type(batchRow)`
-          SELECT b.id::text, b.snapshot::text, b.events FROM event_batches b ORDER BY b.id DESC LIMIT 1`),
+          SELECT ${batchColumns} FROM event_batches b ORDER BY b.id DESC LIMIT 1`),
       ),
 
     take: (prev, lease, source, limit) =>
@@ -239,7 +260,7 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webh
             INSERT INTO event_batches (id, snapshot, events, first_position, last_position, oldest_time)
             SELECT ${prev.id}::bigint + 1, pg_current_snapshot(), count(*), min(w.position), max(w.position), min(w.event_time)
             FROM win w HAVING count(*) > 0
-            RETURNING id, snapshot, events
+            RETURNING id, snapshot, events, first_position, last_position
           ), batch AS (
             -- The first rows by position, then their CloudEvents: composed for the page only, never
             -- for every row of a big batch before the LIMIT (a 20,000-event batch cost 180 ms a page).
@@ -256,6 +277,7 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webh
             WHERE name = 'webhooks' AND (SELECT ok FROM whole)
           ), ${deliveriesOf(sql.fragment`SELECT b.event_id AS id, b.network_id, b.type, b.event AS body FROM batch b WHERE (SELECT ok FROM whole)`, maxPending)}
           SELECT EXISTS (SELECT 1 FROM lease) AS held, r.id::text AS id, r.snapshot::text AS snapshot, r.events,
+                 r.first_position::text AS first_position, r.last_position::text AS last_position,
                  (SELECT ok FROM whole) AS fanned_out, ${droppedDeliveriesJson} AS dropped,
                  coalesce((SELECT json_agg(json_build_object('position', b."position", 'id', b.id, 'networkId', b."networkId",
                                     'agentId', b."agentId", 'type', b.type, 'event', b.event, 'ageSeconds', b."ageSeconds")
@@ -264,25 +286,32 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webh
           FROM (SELECT 1) one LEFT JOIN recorded r ON true`);
         countDropped(row.dropped, metrics, webhooks);
         const batch =
-          row.id !== null && row.snapshot !== null ? { id: row.id, snapshot: row.snapshot, events: row.events ?? 0 } : undefined;
+          row.id !== null && row.snapshot !== null
+            ? {
+                id: row.id,
+                snapshot: row.snapshot,
+                events: row.events ?? 0,
+                firstPosition: row.first_position,
+                lastPosition: row.last_position,
+              }
+            : undefined;
         return { held: row.held, batch, events: batch ? row.rows : [], fannedOut: row.fanned_out };
       }),
 
     fanOut: (previous, batch, afterPosition, limit, source, lease) =>
       timed('fan_out_event_batch', async () => {
         const row = await pool.one(sql.type(fannedRow)`
-          WITH ${renewed('batches', lease)}, win AS MATERIALIZED (
+          WITH ${renewed('batches', lease)}, page AS (
             -- Only the events of networks with an endpoint: a delivery is made for the endpoints
             -- there are when the page is fanned out, so the others' events are passed over without
-            -- being read (most networks have none; a bench batch of 20,000 of them cost 200 ms a page).
-            SELECT e.* FROM agent_events e
-            WHERE ${within(previous.snapshot, batch.snapshot)}
-              AND e.position > ${afterPosition ?? '0'}::bigint AND EXISTS (SELECT 1 FROM lease)
-              AND EXISTS (SELECT 1 FROM webhook_endpoints w WHERE w.network_id = e.network_id AND w.enabled)
-          ), page AS (
-            -- The page's rows first, then their CloudEvents (as in take).
+            -- being composed (most networks have none). The page's rows first, then their CloudEvents.
             SELECT e.position AS pos, e.event_id, e.network_id, e.type, ${eventJson(source)} AS body
-            FROM (SELECT w.* FROM win w ORDER BY w.position LIMIT ${limit}) e
+            FROM (
+              SELECT e.* FROM agent_events e
+              WHERE ${pageOf(previous, batch, afterPosition)} AND EXISTS (SELECT 1 FROM lease)
+                AND EXISTS (SELECT 1 FROM webhook_endpoints w WHERE w.network_id = e.network_id AND w.enabled)
+              ORDER BY e.position LIMIT ${limit}
+            ) e
           ), moved AS (
             UPDATE event_consumers
             SET batch_id = CASE WHEN (SELECT count(*) FROM page) < ${limit} THEN ${batch.id}::bigint ELSE batch_id END,
@@ -314,7 +343,7 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webh
         // The cursor's batch and the next. Pruned batches leave a gap only behind a consumer that
         // stopped for a whole retention: it resumes at the oldest pair kept.
         const rows = await pool.any(sql.type(batchRow)`
-          SELECT b.id::text, b.snapshot::text, b.events FROM event_batches b WHERE b.id >= ${batchId}::bigint ORDER BY b.id LIMIT 2`);
+          SELECT ${batchColumns} FROM event_batches b WHERE b.id >= ${batchId}::bigint ORDER BY b.id LIMIT 2`);
         const [previous, batch] = rows;
         return previous && batch ? { previous, batch } : undefined;
       }),
@@ -322,12 +351,10 @@ export function createEventBatchStore(pool: DatabasePool, metrics: Metrics, webh
     read: (previous, batch, afterPosition, limit, source) =>
       timed('read_event_batch', async () =>
         pool.any(sql.type(eventRow)`
-          WITH win AS MATERIALIZED (
-            SELECT e.* FROM agent_events e
-            WHERE ${within(previous.snapshot, batch.snapshot)}
-              AND e.position > ${afterPosition ?? '0'}::bigint
-          )
-          SELECT ${eventColumns(source)} FROM (SELECT w.* FROM win w ORDER BY w.position LIMIT ${limit}) e
+          SELECT ${eventColumns(source)}
+          FROM (
+            SELECT e.* FROM agent_events e WHERE ${pageOf(previous, batch, afterPosition)} ORDER BY e.position LIMIT ${limit}
+          ) e
           ORDER BY e.position`),
       ),
 
