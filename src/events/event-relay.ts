@@ -348,6 +348,10 @@ export class EventRelay {
       this.taken = undefined;
       return { batch: taken.batch, events: taken.events, finished: taken.whole };
     }
+    // Caught up with the latest batch this replica took (it holds `batches`): nothing to read until
+    // it takes the next, which it hands over above. Each pass asked the database for a batch after
+    // it while its own take was still under way.
+    if (this.holds.batches && this.base?.id === cursor.batchId && cursor.position === null) return undefined;
     const pair = await batches.batchAfter(cursor.batchId);
     if (!pair) return undefined;
     if (pair.previous.id !== cursor.batchId) {

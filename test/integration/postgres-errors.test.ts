@@ -10,6 +10,7 @@ import { failoverReasonOf } from '../../src/stores/database-failover.js';
 import { classifyPostgresError, createDatabasePool } from '../../src/stores/postgres.js';
 import { databaseUrl } from '../support/database-url.js';
 import { freePort } from '../support/process.js';
+import { waitFor } from '../support/wait.js';
 
 let pool: DatabasePool;
 const admin = new pg.Pool({ connectionString: databaseUrl(), max: 2 });
@@ -83,7 +84,18 @@ describe('classifyPostgresError against the real server', () => {
     try {
       const pid = await victim.oneFirst(sql.unsafe`SELECT pg_backend_pid() AS pid`);
       const sleeping = victim.query(sql.unsafe`SELECT pg_sleep(5)`);
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      // Terminated while the query runs, never before it started (a fixed pause did that on a busy
+      // machine: the idle connection's end then surfaced as an unhandled rejection of the pool).
+      await waitFor(
+        async () => {
+          const { rows } = await admin.query(
+            "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND query LIKE '%pg_sleep%'",
+            [pid],
+          );
+          return rows.length === 1;
+        },
+        { timeoutMs: 10_000, intervalMs: 20, failure: 'the sleeping query never started' },
+      );
       await admin.query('SELECT pg_terminate_backend($1)', [pid]);
       const terminated = await sleeping.catch((error: unknown) => error);
       expect(classifyPostgresError(terminated)).toBe('unavailable');

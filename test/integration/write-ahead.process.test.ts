@@ -5,7 +5,7 @@
 // on every campaign, both ways.
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { disagreements } from '../support/agreement.js';
 import { newApiKey, testDatabase } from '../support/data.js';
@@ -53,6 +53,14 @@ beforeAll(async () => {
     { keepRequests: 20_000 },
   );
   sim = environment.simulator.simulator;
+});
+
+// Each test's replicas stop with it: kept to the end of the file, the 15 of its tests held up to 69
+// of PostgreSQL's 100 connections (their loops keep their pools warm), and a second test suite
+// on the same machine then met "too many clients" (issue 37). A replica left running would also
+// work on the next test's rows (its worker claims any pending disable).
+afterEach(async () => {
+  await Promise.all(replicas.splice(0).map((replica) => replica.stop()));
 });
 
 afterAll(async () => {

@@ -226,7 +226,13 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
     nats = await startNatsServer();
     const random = generator(seed);
     for (let n = 0; n < 2; n += 1) {
-      const partner: Partner = { key: newApiKey(), networkId: await db.network(), name: `chaos-${n}`, agents: [] };
+      // Networks that require approval: the platform can write no running campaign for a disabled
+      // agent (the restriction triggers), which is what makes "disabled, so nothing runs" an
+      // invariant. Without it a platform write after a disable's completion (the agent_lock fault)
+      // left a running campaign and no pending disable, as the contract allows there: twice a run
+      // "did not converge" (seeds 2087945056, 1982882717).
+      const networkId = await db.network({ requireAgentApproval: true });
+      const partner: Partner = { key: newApiKey(), networkId, name: `chaos-${n}`, agents: [] };
       for (let a = 0; a < 8; a += 1) {
         const agentId = await db.agent(partner.networkId);
         const ids = await db.campaigns(agentId, random.pick([0, 3, 40, 150, 250, 400]));
@@ -406,7 +412,16 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
             await client.query('BEGIN');
             if (kind === 'agent_lock') {
               const id = randomUUID();
-              await client.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [id, agentId]);
+              // Refused (P0001) while the agent is disabled: the platform's write is undone, nothing held.
+              const written = await client.query('INSERT INTO campaigns (campaign_id, agent_id) VALUES ($1, $2)', [id, agentId]).then(
+                () => true,
+                async (error: { code?: string }) => {
+                  if (error.code !== 'P0001') throw error;
+                  await client.query('ROLLBACK').catch(() => undefined);
+                  return false;
+                },
+              );
+              if (!written) return;
               campaignsOf.get(agentId)!.push(id);
               agentOfCampaign.set(id, agentId);
             } else {
