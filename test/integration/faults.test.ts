@@ -128,7 +128,11 @@ describe('Redis unreachable', () => {
       await new Promise((r) => setTimeout(r, 100));
     }
     expect(retried!.statusCode).toBe(200);
-    expect(retried!.json().pausedCampaignCount).toBe(20);
+    // The call counts what it moved itself (docs/interfaces.md §7): the worker, which finishes a
+    // disable that answered 500 by itself, may have paused some or all of them first (on a busy
+    // machine it did, before Redis was back for the retry). Between them, all 20, each once.
+    expect(retried!.json().pausedCampaignCount).toBeLessThanOrEqual(20);
+    expect((await db.pausedIds(agentId)).size).toBe(20);
     expect((await svc.pausedInRedis(ids)).every(Boolean)).toBe(true);
     await expectPausedInDatabaseImpliesEverywhere(serviceStores(db, svc), [...(await db.pausedIds(agentId))]);
   });
