@@ -35,12 +35,22 @@ export async function measureEnable(
 
 /** One enable before the load: it must pass the rate limit (limit on: the RateLimit fields are there). */
 export async function checkRateLimitIsOn(ctx: BenchContext, statusUrl: string): Promise<void> {
-  const response = await fetch(statusUrl, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': ctx.main.key },
-    body: JSON.stringify({ agentId: ctx.enableAgents[0], enabled: true }),
-  });
-  await response.arrayBuffer();
+  const enable = async () => {
+    const answer = await fetch(statusUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-api-key': ctx.main.key },
+      body: JSON.stringify({ agentId: ctx.enableAgents[0], enabled: true }),
+    });
+    await answer.arrayBuffer();
+    return answer;
+  };
+  // A replica just started on a busy machine (a CI runner beside another test suite) may shed the
+  // first requests (503, Retry-After): asked again after the wait it names, up to 10 times.
+  let response = await enable();
+  for (let shed = 0; response.status === 503 && shed < 10; shed += 1) {
+    await new Promise((resolve) => setTimeout(resolve, Number(response.headers.get('retry-after') ?? 1) * 1_000));
+    response = await enable();
+  }
   if (response.status !== 200 || !response.headers.has('ratelimit-policy')) {
     throw new Error(
       `an enable answered ${response.status}${response.headers.has('ratelimit-policy') ? '' : ' without RateLimit-Policy: the rate limit is not on'}`,
