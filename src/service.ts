@@ -18,6 +18,7 @@ import { createReadiness } from './http/readiness.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
 import { createMetricsServer } from './observability/metrics-server.js';
 import { Resources } from './resources.js';
+import { createAgentBatchStatements } from './stores/agent-batches.js';
 import { createAgentRepository } from './stores/agent-repository.js';
 import { type CampaignStateStore, createRedisCampaignState } from './stores/campaign-state.js';
 import { ServerFailover } from './stores/database-failover.js';
@@ -80,6 +81,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
   if (config.databasePooler !== 'none') await checkServerBounds(requestPool, config, logger);
   const eventSource = config.events.source;
   const agents = createAgentRepository(requestPool, metrics, statement, eventSource);
+  const agentBatches = createAgentBatchStatements(requestPool, metrics, statement, eventSource);
   const queue = createDisableQueue(requestPool, metrics, checkPool, statement, eventSource);
   const sentPauses = createSentPauses(requestPool, metrics);
   const workerStores = {
@@ -125,6 +127,7 @@ async function assemble(config: Config, options: ServiceOptions, resources: Reso
     settings: protocolSettings(config),
     owner,
     stores: { agents, queue, sentPauses },
+    agentBatches,
     workerStores,
     spendManagement: spend,
     campaignState,

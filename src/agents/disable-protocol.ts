@@ -4,10 +4,12 @@ import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
 import type { BreakerSettings, Config, PipelineSettings, WorkerSettings } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { AgentBatchStatements } from '../stores/agent-batches.js';
 import { createBreaker } from '../stores/breaker.js';
 import type { CampaignStateStore } from '../stores/campaign-state.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
 import type { SpendManagementClient } from '../stores/spend-management.js';
+import { BulkRecorder } from './bulk-recorder.js';
 import { createConvergenceWorker } from './convergence-worker.js';
 import type { PausePorts, RunStores } from './disable-run.js';
 import { DisableRunner, maxBatchSize } from './disable-runs.js';
@@ -59,6 +61,8 @@ export interface ProtocolDeps {
   owner: string;
   /** Requests' statements (their claim checks on a pool of their own) and the worker's. */
   stores: RunStores;
+  /** The statements of bulk changes that serve many agents at once (the requests' pool). */
+  agentBatches: AgentBatchStatements;
   workerStores: RunStores;
   /** The two stores that pause campaigns outside the database, as they are; each is put behind its breaker here. */
   spendManagement: Pick<SpendManagementClient, 'pauseSpendingPeriods'>;
@@ -157,7 +161,14 @@ export function createDisableProtocol(deps: ProtocolDeps) {
       // One lane of the network's turns for the whole batch: its calls take the network's share.
       { networkId, agentId: `batch:${randomUUID()}`, background: false },
     );
-  const bulk = createBulkStatusUseCase({ agentStatus: useCase, newSharedCalls, statementsInFlight: bulkSettings.statementsInFlight });
+  const { agents } = deps.stores;
+  const bulk = createBulkStatusUseCase({
+    agentStatus: useCase,
+    newSharedCalls,
+    newSharedMarks: (networkId) => runner.sharedMarks(networkId, deps.agentBatches, agents),
+    newRecorder: (networkId, author) =>
+      new BulkRecorder({ batches: deps.agentBatches, agents, networkId, author, statementsInFlight: bulkSettings.statementsInFlight }),
+  });
   const worker = createConvergenceWorker({
     stores: deps.workerStores,
     runner,

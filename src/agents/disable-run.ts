@@ -6,7 +6,7 @@ import type { AgentRepository, Lease } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
 import type { AnsweredCall, SentBatch, SentPauses } from '../stores/sent-pauses.js';
 import { ClaimCheck } from './claim-check.js';
-import { type Marked, MarkQueue, type MarkSlots } from './mark-queue.js';
+import { type Marked, MarkQueue, type MarkSlots, type SharedMarks } from './mark-queue.js';
 import type { PartOutcome, SharedCalls } from './shared-calls.js';
 import type { CallOwner } from './spend-scheduler.js';
 
@@ -92,6 +92,8 @@ export interface RunRequest {
   onFlagged?: () => void;
   /** A bulk change's shared calls (docs/interfaces.md §16): the run's batches go into calls shared with its other agents. */
   shared?: SharedCalls;
+  /** A bulk change's shared marks: the run's marks go into statements shared with its other agents. */
+  sharedMarks?: SharedMarks;
 }
 
 /** What a run takes from the runner of its replica. */
@@ -175,11 +177,15 @@ export class DisableRun {
   ) {
     this.firstChunk = request.firstBatch;
     this.owner = { networkId: request.networkId, agentId: request.agentId, background: request.background === true };
-    const { agentId, networkId } = request;
+    const { agentId, networkId, sharedMarks } = request;
+    const claim = side.lease;
     this.marks = new MarkQueue(
-      request.stores.agents,
-      { agentId, networkId, lease: side.lease },
-      side.markSlots,
+      sharedMarks
+        ? (mark) => sharedMarks.mark({ ...mark, agentId, claim })
+        : (mark) =>
+            side.markSlots.run(networkId, () =>
+              request.stores.agents.markPaused(agentId, mark.campaignIds, claim, mark.finish, mark.settledCalls),
+            ),
       (marked, sentAt) => this.marked(marked, sentAt),
       side.clock,
     );

@@ -2,7 +2,8 @@
 import { randomUUID } from 'node:crypto';
 import { type Clock, systemClock } from '../clock.js';
 import type { Metrics } from '../observability/metrics.js';
-import type { Lease } from '../stores/agent-repository.js';
+import type { AgentBatchStatements } from '../stores/agent-batches.js';
+import type { AgentRepository, Lease } from '../stores/agent-repository.js';
 import type { AnsweredCall, RecordedCall, RecordedClaim, SentPauses } from '../stores/sent-pauses.js';
 import {
   DisableRun,
@@ -13,7 +14,7 @@ import {
   type RunStores,
   toDependencyError,
 } from './disable-run.js';
-import { MarkSlots } from './mark-queue.js';
+import { MarkSlots, SharedMarks } from './mark-queue.js';
 import type { CallOwner } from './spend-scheduler.js';
 
 /** The spend-management API takes 1 to 100 ids a call (docs/interfaces.md §6). */
@@ -159,6 +160,15 @@ export class DisableRunner {
   joinable(networkId: string, agentId: string): Promise<RunEnd> | undefined {
     const run = this.runs.get(agentId);
     return run && run.networkId === networkId ? run.done : undefined;
+  }
+
+  /** Shared marks for one bulk change of the network (docs/interfaces.md §16), in this replica's mark slots. */
+  sharedMarks(
+    networkId: string,
+    batches: Pick<AgentBatchStatements, 'markPausedMany'>,
+    agents: Pick<AgentRepository, 'markPaused'>,
+  ): SharedMarks {
+    return new SharedMarks(batches, agents, networkId, this.markSlots);
   }
 
   /** A lease for a new claim of this replica. */

@@ -7,7 +7,9 @@ import type { DisableQueue } from '../stores/disable-queue.js';
 import { PoolWaitExceeded, waitingUntil } from '../stores/pool-wait.js';
 import type { SentPauses } from '../stores/sent-pauses.js';
 import { AnswerClock, type DisableProgress, estimatedRemaining, type ShutdownClock, sleepUntil } from './answer-clock.js';
+import type { BulkRecorder } from './bulk-recorder.js';
 import type { RunCause, RunEnd, RunRequest, RunStores } from './disable-run.js';
+import type { SharedMarks } from './mark-queue.js';
 import { NetworkAllowance } from './network-allowance.js';
 import { ChangeFailure, isFault, outcomeOf } from './outcomes.js';
 import type { SharedCalls } from './shared-calls.js';
@@ -110,8 +112,10 @@ export interface BulkChangeSide {
   allowanceHeld: true;
   /** The batch's shared spend-management calls, for a disable's run. */
   shared: SharedCalls;
-  /** Runs the change's recording statement within the batch's share of the request pool. */
-  gate: <T>(statement: () => Promise<T>) => Promise<T>;
+  /** The batch's shared marks, for a disable's run. */
+  sharedMarks: SharedMarks;
+  /** Records the change with the batch's others (many agents a statement, in the batch's share of the request pool). */
+  recorder: BulkRecorder;
   /** Called once the change is recorded (its change row committed), or known to make none. */
   recorded: () => void;
 }
@@ -245,19 +249,20 @@ class DisableRequest {
       this.recorded(status.activeUnpausedCampaignCount, !status.enabled);
       return await this.waitForOtherRuns(madeAs);
     }
-    const lease = this.side.runs.newLease();
-    const gate = this.command.bulk?.gate ?? ((statement: () => Promise<Awaited<ReturnType<AgentRepository['disable']>>>) => statement());
-    const outcome = await gate(() =>
-      this.side.agents.disable(
-        networkId,
-        agentId,
-        { partnerName: this.command.partnerName, requestId: this.command.requestId },
-        { ...lease, traceParent: currentTraceParent() },
-        // One more than a chunk: the run then knows whether more follow without another statement.
-        this.side.runs.readAhead + 1,
-        this.command.conditions,
-      ),
-    );
+    const lease = { ...this.side.runs.newLease(), traceParent: currentTraceParent() };
+    // One more than a chunk: the run then knows whether more follow without another statement.
+    const batchSize = this.side.runs.readAhead + 1;
+    const { bulk } = this.command;
+    const outcome = bulk
+      ? await bulk.recorder.disable(agentId, { lease, batchSize })
+      : await this.side.agents.disable(
+          networkId,
+          agentId,
+          { partnerName: this.command.partnerName, requestId: this.command.requestId },
+          lease,
+          batchSize,
+          this.command.conditions,
+        );
     if (!outcome) throw new AgentNotInNetwork();
     if (outcome === 'precondition_failed') throw new PreconditionFailed();
     if (outcome === 'key_lost') throw new IdempotencyKeyLost();
@@ -326,7 +331,7 @@ class DisableRequest {
       stores: this.side.stores,
       ...claim,
       stopAt: deadline,
-      ...(this.command.bulk ? { shared: this.command.bulk.shared } : {}),
+      ...(this.command.bulk ? { shared: this.command.bulk.shared, sharedMarks: this.command.bulk.sharedMarks } : {}),
       onPaused: (moved) => {
         this.progress.paused += moved;
       },
@@ -410,8 +415,9 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
     // its fence).
     const startBy = command.deadline - deps.supersedeFenceMs;
     if (runs.clock.now() >= startBy) throw new PoolWaitExceeded('enable_agent: too close to the deadline to start with its fence');
-    const statement = () => waitingUntil(startBy, () => agents.enable(command.networkId, command.agentId, author, command.conditions));
-    const done = await (command.bulk ? command.bulk.gate(statement) : statement());
+    const done = command.bulk
+      ? await command.bulk.recorder.enable(command.agentId, startBy)
+      : await waitingUntil(startBy, () => agents.enable(command.networkId, command.agentId, author, command.conditions));
     command.bulk?.recorded();
     if (done === 'precondition_failed') throw new PreconditionFailed();
     if (done === 'key_lost') throw new IdempotencyKeyLost();

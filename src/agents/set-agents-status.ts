@@ -1,6 +1,10 @@
 // The bulk use case: up to 1,000 status changes of one network in one call, each made as the single change is.
+
+import type { ChangeAuthor } from '../stores/agent-repository.js';
 import type { BatchChange } from '../stores/status-batches.js';
-import type { AcceptedDisable, AgentStatus, AgentStatusUseCase, BulkChangeSide } from './set-agent-status.js';
+import type { BulkRecorder } from './bulk-recorder.js';
+import type { SharedMarks } from './mark-queue.js';
+import type { AcceptedDisable, AgentStatus, AgentStatusUseCase } from './set-agent-status.js';
 import type { SharedCalls } from './shared-calls.js';
 
 /** What one change came to: the single use case's value, or what it threw (answered by src/http/answers.ts). */
@@ -14,12 +18,14 @@ export interface BulkStatusDeps {
   };
   /** A new set of shared spend-management calls for one batch of the network (the protocol's). */
   newSharedCalls: (networkId: string) => SharedCalls;
+  /** New shared marks for one batch of the network (the runner's mark slots). */
+  newSharedMarks: (networkId: string) => SharedMarks;
   /**
-   * Recording statements (the disable's or the enable's) one batch has in flight at once
-   * (BULK_STATEMENTS_IN_FLIGHT): the request pool is every network's, and a batch of 1,000 must not
-   * queue 1,000 statements ahead of another network's single change.
+   * A new recorder for one batch: its recording statements (the disables' and the enables'), many
+   * agents a statement, BULK_STATEMENTS_IN_FLIGHT of them at once, since the request pool is every
+   * network's and a batch of 1,000 must not queue its statements ahead of another network's single change.
    */
-  statementsInFlight: number;
+  newRecorder: (networkId: string, author: ChangeAuthor) => BulkRecorder;
 }
 
 export interface BulkStatusCommand {
@@ -37,23 +43,6 @@ export interface BulkProgress {
   allRecorded?: () => void;
   /** Called as each change is answered, with its index. */
   answered?: (index: number, result: BulkItemResult) => void;
-}
-
-/** At most `limit` statements at once; the others wait their turn, first come first served. */
-function gateOf(limit: number): BulkChangeSide['gate'] {
-  let active = 0;
-  const waiting: Array<() => void> = [];
-  return async (statement) => {
-    if (active < limit) active += 1;
-    else await new Promise<void>((resolve) => waiting.push(resolve));
-    try {
-      return await statement();
-    } finally {
-      const next = waiting.shift();
-      if (next) next();
-      else active -= 1;
-    }
-  };
 }
 
 /**
@@ -91,7 +80,8 @@ export function createBulkStatusUseCase(deps: BulkStatusDeps) {
   function changeAll(command: BulkStatusCommand, releaseOf: Map<string, () => void>, progress: BulkProgress): Promise<BulkItemResult[]> {
     const { networkId, changes } = command;
     const shared = deps.newSharedCalls(networkId);
-    const gate = gateOf(deps.statementsInFlight);
+    const sharedMarks = deps.newSharedMarks(networkId);
+    const recorder = deps.newRecorder(networkId, { partnerName: command.partnerName, requestId: command.requestId });
     let unrecorded = changes.length;
     const recordedOne = () => {
       unrecorded -= 1;
@@ -118,7 +108,8 @@ export function createBulkStatusUseCase(deps: BulkStatusDeps) {
             bulk: {
               allowanceHeld: true,
               shared,
-              gate,
+              sharedMarks,
+              recorder,
               recorded: () => {
                 member?.recorded();
                 markRecorded();

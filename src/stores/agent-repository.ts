@@ -191,6 +191,34 @@ const recordChange = (enabled: boolean, author: ChangeAuthor, claim: ChangeCondi
     SELECT public.require_idempotency_key(${claim === undefined} OR EXISTS (SELECT 1 FROM keyed)) AS held
   )`;
 
+/**
+ * The CTEs `flagged` and `pending` of a disable's statement: agent_approved = false on the agent
+ * rows of the CTE `lockable`, and the pending row of each agent of the CTE `serial` (after its change
+ * lock) upserted with the claim given, claimed unless another live run holds it (`pending` returns
+ * the agents claimed). The claim's token and trace context are expressions: a value, or a column of
+ * `serial` in a statement of many agents (src/stores/agent-batches.ts).
+ */
+export const flagAndClaim = (
+  lease: { leaseMs: number; owner: string },
+  claimToken: ReturnType<typeof sql.fragment>,
+  traceParent: ReturnType<typeof sql.fragment>,
+) => sql.fragment`flagged AS (
+    UPDATE agents a SET agent_approved = false
+    FROM lockable l WHERE a.agent_id = l.agent_id
+    RETURNING a.agent_id
+  ), pending AS (
+    INSERT INTO pending_disables AS p
+      (agent_id, requested_at, attempts, next_attempt_at, claim_token, lease_owner, trace_parent)
+    SELECT agent_id, now(), 1, now() + ${seconds(lease.leaseMs)}, ${claimToken}, ${lease.owner}, ${traceParent}
+    FROM serial
+    ON CONFLICT (agent_id) DO UPDATE
+      SET attempts = p.attempts + 1, next_attempt_at = EXCLUDED.next_attempt_at,
+          claim_token = EXCLUDED.claim_token, lease_owner = EXCLUDED.lease_owner,
+          trace_parent = EXCLUDED.trace_parent
+      WHERE p.claim_token IS NULL OR p.next_attempt_at <= now()
+    RETURNING p.agent_id
+  )`;
+
 /** The SQLSTATE of migration 019's refusal: the request's idempotency key passed to another request. */
 const keyLostSqlstate = 'P0409';
 
@@ -285,22 +313,8 @@ function statusChanges({ pool, timed, statement }: StatementParts): Pick<AgentRe
             SELECT agent_id FROM agents
             WHERE agent_id = ${agentId} AND network_id = ${networkId}::uuid
             FOR NO KEY UPDATE SKIP LOCKED
-          ), flagged AS (
-            UPDATE agents a SET agent_approved = false
-            FROM lockable l WHERE a.agent_id = l.agent_id
-            RETURNING a.agent_id
-          ), pending AS (
-            INSERT INTO pending_disables AS p
-              (agent_id, requested_at, attempts, next_attempt_at, claim_token, lease_owner, trace_parent)
-            SELECT agent_id, now(), 1, now() + ${seconds(lease.leaseMs)}, ${lease.claimToken}::uuid, ${lease.owner}, ${lease.traceParent}
-            FROM serial
-            ON CONFLICT (agent_id) DO UPDATE
-              SET attempts = p.attempts + 1, next_attempt_at = EXCLUDED.next_attempt_at,
-                  claim_token = EXCLUDED.claim_token, lease_owner = EXCLUDED.lease_owner,
-                  trace_parent = EXCLUDED.trace_parent
-              WHERE p.claim_token IS NULL OR p.next_attempt_at <= now()
-            RETURNING 1
-          ), ${recordChange(false, author, conditions.keyClaim)}
+          ), ${flagAndClaim(lease, sql.fragment`${lease.claimToken}::uuid`, sql.fragment`${lease.traceParent}`)},
+          ${recordChange(false, author, conditions.keyClaim)}
           SELECT (SELECT change_id FROM change)::text AS change_id,
                  EXISTS (SELECT 1 FROM pending) AS claimed,
                  EXISTS (SELECT 1 FROM flagged) AS flagged,

@@ -156,4 +156,5 @@ export const seconds = (ms: number) => sql.fragment`make_interval(secs => ${ms /
  * conditional change sees every change committed before it.
  * Nothing that holds it waits for anything else: an enable takes it only once it has the agent row.
  */
-export const changeLock = (agentId: string) => sql.fragment`pg_advisory_xact_lock(1885434739, hashtext(${agentId}))`;
+export const changeLock = (agentId: string | ReturnType<typeof sql.fragment>) =>
+  sql.fragment`pg_advisory_xact_lock(1885434739, hashtext(${agentId}))`;

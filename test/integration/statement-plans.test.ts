@@ -15,7 +15,7 @@ import { type AgentRepository, createAgentRepository, type DisableOutcome } from
 import { createDisableQueue, type DisableQueue } from '../../src/stores/disable-queue.js';
 import { createDatabasePool } from '../../src/stores/postgres.js';
 import { testDatabase } from '../support/data.js';
-import { databaseUrl } from '../support/database-url.js';
+import { genericPlansBesideSkew, scansOf } from '../support/generic-plans.js';
 
 const db = testDatabase();
 let pool: DatabasePool;
@@ -23,24 +23,12 @@ let agents: AgentRepository;
 let queue: DisableQueue;
 let networkId: string;
 
-const scans = z.object({ seq_scan: z.coerce.number(), idx_scan: z.coerce.number() });
-
-/** The campaigns table's scan counters, after this connection's own counts are flushed. */
-async function campaignScans(): Promise<z.infer<typeof scans>> {
-  await pool.query(sql.unsafe`SELECT pg_stat_force_next_flush()`); // flushed before its ReadyForQuery
-  return pool.one(
-    sql.type(scans)`SELECT seq_scan::int, coalesce(idx_scan, 0)::int AS idx_scan FROM pg_stat_user_tables WHERE relname = 'campaigns'`,
-  );
-}
+/** The campaigns table's scan counters. */
+const campaignScans = () => scansOf(pool, 'campaigns');
 
 beforeAll(async () => {
-  const url = new URL(databaseUrl());
-  await db.pool.query(`ALTER DATABASE ${url.pathname.slice(1)} SET plan_cache_mode = force_generic_plan`);
   networkId = await db.network();
-  // The skew of the benchmark's database: one big agent beside a few small ones.
-  await db.campaigns(await db.agent(networkId), 3_000);
-  for (let i = 0; i < 20; i++) await db.campaigns(await db.agent(networkId), 10);
-  await db.pool.query('ANALYZE agents, campaigns');
+  const url = await genericPlansBesideSkew(db, networkId);
   // One connection, opened after the setting: every statement below runs on it, with generic plans.
   pool = await createDatabasePool({ url: url.toString(), maxPoolSize: 1, statementTimeoutMs: 5_000 });
   agents = createAgentRepository(pool, createMetrics());
@@ -132,14 +120,7 @@ describe('the status history reads by index on generic plans (docs/interfaces.md
       [busy, networkId],
     );
     await db.pool.query('ANALYZE agent_status_changes');
-    const counters = async () => {
-      await pool.query(sql.unsafe`SELECT pg_stat_force_next_flush()`);
-      return pool.one(
-        sql.type(
-          scans,
-        )`SELECT seq_scan::int, coalesce(idx_scan, 0)::int AS idx_scan FROM pg_stat_user_tables WHERE relname = 'agent_status_changes'`,
-      );
-    };
+    const counters = () => scansOf(pool, 'agent_status_changes');
     const before = await counters();
     let cursor: string | null = null;
     for (let page = 0; page < 3; page += 1) {

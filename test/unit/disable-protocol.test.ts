@@ -49,6 +49,12 @@ function protocol(options: { slots?: number; delayMs?: number; clock?: Clock; fe
     },
     owner: 'unit',
     stores,
+    // These tests make single changes only: a bulk change's statements are the integration tests'.
+    agentBatches: {
+      enableMany: () => Promise.reject(new Error('no bulk change in the unit tests')),
+      disableMany: () => Promise.reject(new Error('no bulk change in the unit tests')),
+      markPausedMany: () => Promise.reject(new Error('no bulk change in the unit tests')),
+    },
     workerStores: stores,
     spendManagement: {
       pauseSpendingPeriods: async (ids, callKey) => {
