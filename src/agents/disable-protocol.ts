@@ -157,6 +157,8 @@ export function createDisableProtocol(deps: ProtocolDeps) {
         clock: runner.clock,
         claimCheckMaxAgeMs: workerSettings.claimCheckMaxAgeMs,
         lingerMs: bulkSettings.callLingerMs,
+        // A third of the replica's slots: the others stay free for other networks' calls.
+        callsInFlight: Math.max(1, Math.floor(settings.pipeline.spendManagementMaxConcurrency / 3)),
       },
       // One lane of the network's turns for the whole batch: its calls take the network's share.
       { networkId, agentId: `batch:${randomUUID()}`, background: false },

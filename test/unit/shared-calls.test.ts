@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ClaimCheck } from '../../src/agents/claim-check.js';
 import { type PartOutcome, SharedCalls } from '../../src/agents/shared-calls.js';
 import { systemClock } from '../../src/clock.js';
@@ -16,13 +16,14 @@ interface Harness {
   shared: SharedCalls;
 }
 
-function harness(superseded: ReadonlySet<string> = new Set()): Harness {
+function harness(superseded: ReadonlySet<string> = new Set(), options: { callsInFlight?: number; answered?: Promise<void> } = {}): Harness {
   const h: Omit<Harness, 'shared'> = { calls: [], checks: [], stored: [] };
   const shared = new SharedCalls(
     {
       inSlot: (_owner, task) => task(),
       pauseSpending: async (ids, key) => {
         h.calls.push({ ids, key });
+        await options.answered;
         return { confirmed: [...ids] };
       },
       markPausedInStore: async (ids) => {
@@ -37,6 +38,7 @@ function harness(superseded: ReadonlySet<string> = new Set()): Harness {
       clock: systemClock,
       claimCheckMaxAgeMs: 60_000,
       lingerMs: 1_000,
+      callsInFlight: options.callsInFlight ?? 8,
     },
     { networkId: 'n', agentId: 'batch', background: false },
   );
@@ -101,5 +103,18 @@ describe('shared calls of a bulk change', () => {
     expect(h.calls).toHaveLength(0); // the other agent is still being recorded
     await Promise.all([first, late.offer()]);
     expect(h.calls.map((call) => call.ids.length)).toEqual([20]);
+  });
+
+  it('has at most callsInFlight of its calls in slots: the others are sent as those end', async () => {
+    const answered = Promise.withResolvers<void>();
+    const h = harness(new Set(), { callsInFlight: 2, answered: answered.promise });
+    const agents = Array.from({ length: 50 }, () => agent(h.shared, 10));
+    const outcomes = Promise.all(agents.map((member) => member.offer()));
+    await vi.waitFor(() => expect(h.calls).toHaveLength(2));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(h.calls).toHaveLength(2); // three more calls are formed, and wait
+    answered.resolve();
+    await outcomes;
+    expect(h.calls.map((call) => call.ids.length)).toEqual([100, 100, 100, 100, 100]);
   });
 });
