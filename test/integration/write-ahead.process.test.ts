@@ -90,7 +90,7 @@ async function replica(env: Record<string, string> = {}) {
 const stores = () => ({ pool: db.pool, redis, isPausedInSpendManagement: (id: string) => sim.isPaused(id) });
 
 /** Waits (bounded) until the three stores agree on every campaign of `ids`; returns how many are paused. */
-async function agreeInTheEnd(ids: readonly string[], timeout = 30_000): Promise<number> {
+async function agreeInTheEnd(ids: readonly string[], timeout = patience(30_000)): Promise<number> {
   await vi.waitFor(async () => expect(await disagreements(stores(), ids)).toEqual([]), { timeout, interval: 250 });
   return ids.filter((id) => sim.isPaused(id)).length;
 }
@@ -156,7 +156,7 @@ describe('a database cut while a call is in flight, then an enable', () => {
       sim.setMode('ok');
       proxy.restore();
       await vi.waitFor(async () => expect((await postStatus(service.baseUrl, key, agentId, true)).status).toBe(200), {
-        timeout: 10_000,
+        timeout: patience(10_000),
         interval: 250,
       });
       expect(await agreeInTheEnd(ids)).toBe(100);
@@ -299,7 +299,7 @@ describe('a pending disable while another network keeps requests coming', () => 
     });
     const loadRunning = Promise.all(load).then(() => 'load ended' as const);
     try {
-      await vi.waitFor(() => expect(busyAnswers).toBeGreaterThanOrEqual(8), { timeout: 30_000, interval: 50 });
+      await vi.waitFor(() => expect(busyAnswers).toBeGreaterThanOrEqual(8), { timeout: patience(30_000), interval: 50 });
       sim.refuse([]);
       const pendingGone = vi
         .waitFor(
@@ -307,7 +307,7 @@ describe('a pending disable while another network keeps requests coming', () => 
             const { rows } = await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId]);
             expect(rows).toEqual([]);
           },
-          { timeout: 20_000, interval: 250 },
+          { timeout: patience(20_000), interval: 250 },
         )
         .then(() => 'completed' as const);
       // Completed while the other network's requests were still coming, well within 60 s.
@@ -354,7 +354,7 @@ describe('a respond-async repeat that takes over a dead replica’s idempotency 
           expect(repeat.status).not.toBe(409);
           answer = repeat;
         },
-        { timeout: 15_000, interval: 500 },
+        { timeout: patience(15_000), interval: 500 },
       );
       // While the platform still holds the row the flag cannot be set: no 202 then.
       if (answer!.status === 202) expect(approvedAtAnswer).toBe(false);
@@ -410,7 +410,7 @@ async function change(service: { baseUrl: string }, agentId: string, enabled: bo
  * Waits until the replica's worker reads no unsettled campaign (unsettled_campaigns, from its
  * latest poll): a record left in doubt would have been sent again and settled by then.
  */
-async function workersSettled(service: { metricsUrl: string }, timeout = 20_000): Promise<void> {
+async function workersSettled(service: { metricsUrl: string }, timeout = patience(20_000)): Promise<void> {
   await vi.waitFor(
     async () => {
       const metrics = await (await fetch(`${service.metricsUrl}/metrics`)).text();
@@ -427,7 +427,7 @@ async function recordEmpty(agentId: string): Promise<void> {
 }
 
 describe('a call that timed out but paused, then a retry whose call is not sent, then an enable', () => {
-  it('sends the first call again as itself: the three stores agree, 100 / 100 / 100', { timeout: 60_000 }, async () => {
+  it('sends the first call again as itself: the three stores agree, 100 / 100 / 100', { timeout: patience(60_000) }, async () => {
     const proxy = await startTcpProxy(databaseTarget());
     try {
       const service = await calm({
@@ -447,7 +447,7 @@ describe('a call that timed out but paused, then a retry whose call is not sent,
       const [first] = callsAfter(ids, 0);
       expect(first?.campaignIds).toHaveLength(100);
       // The time-out did not stop spend management: it paused all 100.
-      await vi.waitFor(() => expect(ids.every((id) => sim.isPaused(id))).toBe(true), { timeout: 5_000, interval: 20 });
+      await vi.waitFor(() => expect(ids.every((id) => sim.isPaused(id))).toBe(true), { timeout: patience(5_000), interval: 20 });
       sim.setMode('ok');
       // The retry's claim check answers too late to be trusted: its call is recorded, not sent.
       proxy.delay(400);
@@ -471,8 +471,10 @@ describe('a call that timed out but paused, then a retry whose call is not sent,
 });
 
 describe('a hung call, repeated across several failed attempts, against a strict spend management', () => {
+  // Its length is not its subject: 13-29 s on a quiet machine (each repeat waits for a lease, a hung
+  // call's time-out and the breaker), once over 60 s beside a second suite.
   it('sends every key with one list of campaigns, whole: never 422, and the stores agree once it answers', {
-    timeout: 60_000,
+    timeout: patience(120_000),
   }, async () => {
     const service = await calm({ SPEND_MANAGEMENT_TIMEOUT_MS: '400', WORKER_LEASE_MS: '2000' });
     const agentId = await db.agent(networkId);
@@ -486,13 +488,13 @@ describe('a hung call, repeated across several failed attempts, against a strict
         expect(callsAfter(ids, 0).filter((r) => r.idempotencyKey === firstKey).length).toBeGreaterThanOrEqual(3);
         expect(new Set(callsAfter(ids, 0).map((r) => r.idempotencyKey)).size).toBeGreaterThanOrEqual(3);
       },
-      { timeout: 30_000, interval: 100 },
+      { timeout: patience(60_000), interval: 100 },
     );
     sim.setMode('ok');
     await vi.waitFor(
       async () => expect((await db.pool.query('SELECT 1 FROM pending_disables WHERE agent_id = $1', [agentId])).rows).toEqual([]),
       {
-        timeout: 30_000,
+        timeout: patience(30_000),
         interval: 200,
       },
     );
@@ -506,7 +508,7 @@ describe('a hung call, repeated across several failed attempts, against a strict
 });
 
 describe('a call recorded and not sent whose forget does not answer, then an enable', () => {
-  it('forgets it all the same: no call reaches spend management after the enable', { timeout: 60_000 }, async () => {
+  it('forgets it all the same: no call reaches spend management after the enable', { timeout: patience(60_000) }, async () => {
     // The first statement that forgets a recorded call is black-holed (it never answers).
     const proxy = await startTcpProxy(databaseTarget(), { marker: 'forgotten', count: 1 });
     try {
@@ -525,7 +527,7 @@ describe('a call recorded and not sent whose forget does not answer, then an ena
       // Every claim check of the slow replica answers too late: its calls are recorded, never sent.
       proxy.delay(150);
       expect((await change(slow, agentId, false)).status).toBe(500);
-      await vi.waitFor(() => expect(proxy.held()).toBe(1), { timeout: 5_000, interval: 20 });
+      await vi.waitFor(() => expect(proxy.held()).toBe(1), { timeout: patience(5_000), interval: 20 });
       const enable = await change(other, agentId, true);
       expect(enable.status).toBe(200);
       const answeredAt = Date.now();
@@ -543,14 +545,18 @@ describe('a call recorded and not sent whose forget does not answer, then an ena
 });
 
 describe('a call answered 503, then an enable', () => {
-  it('is not in doubt: never sent again, and its record is gone', { timeout: 60_000 }, async () => {
+  it('is not in doubt: never sent again, and its record is gone', { timeout: patience(60_000) }, async () => {
     // Generous database and claim-check bounds: on a busy machine the call is still sent (CI once
     // saw the disable's 500 come from a late claim check, before any call).
     const service = await calm({ WORKER_LEASE_MS: '4000', DATABASE_STATEMENT_TIMEOUT_MS: '2000', CLAIM_CHECK_MAX_AGE_MS: '3000' });
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 100);
     sim.setMode('fail', { failStatus: 503 });
-    expect((await change(service, agentId, false)).status).toBe(500);
+    // Asked again while no call was made: on a busy machine a disable can still answer 500 before its
+    // call (a claim check answered later than its bound records the call and sends nothing).
+    for (let attempt = 1; attempt === 1 || (callsAfter(ids, 0).length === 0 && attempt <= 5); attempt += 1) {
+      expect((await change(service, agentId, false)).status).toBe(500);
+    }
     expect(callsAfter(ids, 0).length).toBeGreaterThan(0);
     const enable = await change(service, agentId, true);
     expect(enable.status).toBe(200);
