@@ -245,11 +245,13 @@ describe('a superseded disable whose batch in flight meets a Redis outage', () =
 
 describe('a campaign moved to another agent while its batch is in flight', () => {
   it('ends paused in the database too, as spend management and Redis have it', async () => {
-    const svc = await start({ SPEND_MANAGEMENT_TIMEOUT_MS: '3000' });
+    const svc = await start({ SPEND_MANAGEMENT_TIMEOUT_MS: '6000' });
     const agentId = await db.agent(networkId);
     const other = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 10);
-    svc.sim.setMode('slow', { delayMs: 500 });
+    // The move must land while the call is in flight: with 500 ms, beside a second test suite, the
+    // move once came as the batch was being marked, whose lock skipped the row (a 500, not confirmed).
+    svc.sim.setMode('slow', { delayMs: 2_000 });
     try {
       const disable = svc.setStatus(key, agentId, false);
       await until('the pause call', () => svc.sim.requests().length >= 1);
