@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { freePort } from './process.js';
-import { waitFor } from './wait.js';
+import { patience, waitFor } from './wait.js';
 
 const run = promisify(execFile);
 
@@ -74,8 +74,17 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
     }
   };
   await waitFor(
-    async () =>
-      (
+    async () => {
+      // A node that exited could not bind its port (another test suite took it since freePort):
+      // it starts again on another one.
+      for (const [at, port] of ports.entries()) {
+        if (servers.get(port)?.exitCode === null) continue;
+        servers.delete(port);
+        const again = await freePort();
+        ports[at] = again;
+        start(again);
+      }
+      return (
         await Promise.all(
           ports.map((port) =>
             info(port, 'INFO').then(
@@ -84,9 +93,10 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
             ),
           ),
         )
-      ).every(Boolean),
+      ).every(Boolean);
+    },
     {
-      timeoutMs: 10_000,
+      timeoutMs: patience(10_000),
       intervalMs: 50,
       failure: () => 'the cluster nodes did not start',
     },
