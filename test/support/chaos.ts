@@ -33,6 +33,7 @@ import { processEnvironment } from './process-environment.js';
 import { startRedisCluster } from './redis-cluster.js';
 import { killRedisServer, redisAdmin, spawnRedisServer } from './redis-server.js';
 import { startTcpProxy } from './tcp-proxy.js';
+import { patience, within } from './wait.js';
 
 /** mulberry32: a small seeded generator, so that a run's choices can be replayed. */
 function generator(start: number) {
@@ -335,7 +336,9 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
   }
 
   describe(`chaos with ${topology === 'cluster' ? 'a Redis Cluster' : 'one Redis server'}${database === 'pooler' ? ', through PgBouncer,' : ''} for ${chaosSeconds} s (seed ${seed})`, () => {
-    it('keeps the invariants under random faults and converges once they heal', { timeout: (chaosSeconds + 120) * 1_000 }, async () => {
+    it('keeps the invariants under random faults and converges once they heal', {
+      timeout: patience((chaosSeconds + 300) * 1_000),
+    }, async () => {
       console.log(
         `chaos (${topology}, ${database}) seed ${seed}; replay with CHAOS_SEED=${seed} CHAOS_SECONDS=${chaosSeconds}` +
           (process.env.CHAOS_SPEND_MANAGEMENT_MAX_CONCURRENCY
@@ -348,7 +351,8 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       const sent: Sent[] = [];
       const platform: pg.Client[] = [];
       const faultsDone: string[] = [];
-      const chaosEnd = Date.now() + chaosSeconds * 1_000;
+      const startedAt = Date.now();
+      const chaosEnd = startedAt + chaosSeconds * 1_000;
 
       async function send(): Promise<void> {
         const partner = random.pick(partners);
@@ -448,21 +452,41 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       const load = Array.from({ length: 4 }, async () => {
         while (Date.now() < chaosEnd) await send();
       });
+      // Each fault that has not ended, with when it began: what a hung run names (below).
+      const underWay = new Map<number, string>();
       const faults = (async () => {
         const running: Promise<void>[] = [];
-        while (Date.now() < chaosEnd) {
-          running.push(fault().catch(() => undefined));
+        for (let n = 0; Date.now() < chaosEnd; n += 1) {
+          const began = Date.now();
+          running.push(
+            fault()
+              .catch(() => undefined)
+              .finally(() => underWay.delete(n)),
+          );
+          // fault() has picked its kind before its first await.
+          underWay.set(n, `${faultsDone.at(-1)} from ${((began - startedAt) / 1_000).toFixed(1)} s`);
           await sleep(random.int(300, 1_500));
         }
         await Promise.all(running);
       })();
-      await Promise.all([...load, faults]);
+      // Every step after the chaos is bounded and named: a step that hangs fails the test with its
+      // name, not at the test's time-out with none (a cluster run once did, in CI).
+      const elapsed = () => `${((Date.now() - startedAt) / 1_000).toFixed(1)} s in`;
+      await within(
+        Promise.all([...load, faults]),
+        patience(45_000) + chaosSeconds * 1_000,
+        () => `seed ${seed}: faults still under way (${[...underWay.values()].join(', ')}), ${elapsed()}, faults ${faultsDone.join(' ')}`,
+      );
 
       // Heal: every dependency back, every replica up.
       sim.setMode('ok');
-      await redis.heal();
+      await within(redis.heal(), patience(60_000), () => `seed ${seed}: Redis not whole again, ${elapsed()}`);
       for (const client of platform) await client.end().catch(() => undefined);
-      await Promise.all(replicas.map((r) => r.restart()));
+      await within(
+        Promise.all(replicas.map((r) => r.restart())),
+        patience(45_000),
+        () => `seed ${seed}: a replica did not start again, ${elapsed()}`,
+      );
       const healedAt = Date.now();
       console.log(`chaos: ${sent.length} requests, faults ${faultsDone.join(' ')}`);
 

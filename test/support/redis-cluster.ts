@@ -9,6 +9,12 @@ import { freePort } from './process.js';
 import { patience, waitFor } from './wait.js';
 
 const run = promisify(execFile);
+/**
+ * A bound on one `redis-cli --cluster` command: it waits without end for a node that stopped
+ * answering, and a chaos run once hung on one until its test's time-out (seed 623307045 in CI).
+ * Killed, it rejects; a resharding cut half-way leaves slots open, which `fix` closes.
+ */
+const cliBound = () => ({ timeout: patience(30_000), killSignal: 'SIGKILL' as const });
 
 /**
  * A real Redis Cluster of `redis-server` processes on free ports, made with `redis-cli --cluster
@@ -192,27 +198,31 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
     /** `redis-cli --cluster fix`: closes any slot a resharding left open half-way. */
     async fix(): Promise<void> {
       const live = ports.find((port) => servers.get(port)!.exitCode === null && servers.get(port)!.signalCode === null)!;
-      await run('redis-cli', ['--cluster', 'fix', `127.0.0.1:${live}`, '--cluster-yes']).catch(() => undefined);
+      await run('redis-cli', ['--cluster', 'fix', `127.0.0.1:${live}`, '--cluster-yes'], cliBound()).catch(() => undefined);
     },
     /** Moves `slots` slots from one primary to another with `redis-cli --cluster reshard`. */
     async reshard(fromPort: number, toPort: number, slots: number): Promise<void> {
       const all = await nodes();
       const from = all.find((node) => node.port === fromPort)!.id;
       const to = all.find((node) => node.port === toPort)!.id;
-      await run('redis-cli', [
-        '--cluster',
-        'reshard',
-        `127.0.0.1:${toPort}`,
-        '--cluster-from',
-        from,
-        '--cluster-to',
-        to,
-        '--cluster-slots',
-        String(slots),
-        '--cluster-yes',
-        '--cluster-pipeline',
-        '50',
-      ]);
+      await run(
+        'redis-cli',
+        [
+          '--cluster',
+          'reshard',
+          `127.0.0.1:${toPort}`,
+          '--cluster-from',
+          from,
+          '--cluster-to',
+          to,
+          '--cluster-slots',
+          String(slots),
+          '--cluster-yes',
+          '--cluster-pipeline',
+          '50',
+        ],
+        cliBound(),
+      );
     },
     async close(): Promise<void> {
       for (const server of servers.values()) server.kill('SIGKILL');

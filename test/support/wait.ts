@@ -39,3 +39,20 @@ export function patience(ms: number): number {
   const busy = loadavg()[0]! / Math.max(1, availableParallelism());
   return Math.round(ms * Math.min(4, Math.max(1, busy)));
 }
+
+/**
+ * `work`, or an error naming what is still under way once `ms` have passed: for a step of a long
+ * test that must not hang it silently until the test's own time-out (which names nothing). The
+ * work itself goes on; the caller's clean-up stops it.
+ */
+export async function within<T>(work: Promise<T>, ms: number, what: () => string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what()} after ${Math.round(ms / 1_000)} s`)), ms);
+  });
+  try {
+    return await Promise.race([work, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
