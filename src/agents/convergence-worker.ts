@@ -7,6 +7,7 @@ import { sqlstateFields } from '../observability/dependency-calls.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ClaimedDisable } from '../stores/disable-queue.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
+import { forNetwork } from '../stores/pool-wait.js';
 import type { RecordedClaim } from '../stores/sent-pauses.js';
 import { type Chore, Housekeeping } from '../workers/housekeeping.js';
 import { PollLoop, type PollWork } from '../workers/poll-loop.js';
@@ -51,17 +52,19 @@ function attempt(claim: ClaimedDisable, deps: WorkerDeps): Promise<void> {
     { links, attributes: { 'agent.id': claim.agentId, 'network.id': claim.networkId, 'disable.attempt': claim.attempts } },
     async (span) => {
       try {
-        const end = await runner.run({
-          agentId: claim.agentId,
-          networkId: claim.networkId,
-          partnerName: claim.partnerName,
-          claimToken: claim.claimToken,
-          stores,
-          // A pending row may be there before its flag: a request that met a locked agent row.
-          flagged: false,
-          stopAt: Number.POSITIVE_INFINITY,
-          background: true,
-        });
+        const end = await forNetwork(claim.networkId, () =>
+          runner.run({
+            agentId: claim.agentId,
+            networkId: claim.networkId,
+            partnerName: claim.partnerName,
+            claimToken: claim.claimToken,
+            stores,
+            // A pending row may be there before its flag: a request that met a locked agent row.
+            flagged: false,
+            stopAt: Number.POSITIVE_INFINITY,
+            background: true,
+          }),
+        );
         const outcome = runOutcome(end);
         metrics.workerAttempts.inc({ outcome });
         span.setAttributes({ 'disable.outcome': outcome, 'campaigns.paused_count': end.paused });

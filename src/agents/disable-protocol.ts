@@ -9,6 +9,7 @@ import { createBreaker } from '../stores/breaker.js';
 import type { CampaignStateStore } from '../stores/campaign-state.js';
 import type { IdempotencyKeys } from '../stores/idempotency-keys.js';
 import type { SpendManagementClient } from '../stores/spend-management.js';
+import { ActiveNetworks } from './active-networks.js';
 import { BulkRecorder } from './bulk-recorder.js';
 import { createConvergenceWorker } from './convergence-worker.js';
 import type { PausePorts, RunStores } from './disable-run.js';
@@ -134,7 +135,9 @@ export function createDisableProtocol(deps: ProtocolDeps) {
     metrics,
     deps.clock,
   );
+  const activeNetworks = new ActiveNetworks();
   const useCase = createAgentStatusUseCase({
+    activeNetworks,
     agents: deps.stores.agents,
     queue: deps.stores.queue,
     sentPauses: deps.stores.sentPauses,
@@ -157,8 +160,11 @@ export function createDisableProtocol(deps: ProtocolDeps) {
         clock: runner.clock,
         claimCheckMaxAgeMs: workerSettings.claimCheckMaxAgeMs,
         lingerMs: bulkSettings.callLingerMs,
-        // A third of the replica's slots: the others stay free for other networks' calls.
-        callsInFlight: Math.max(1, Math.floor(settings.pipeline.spendManagementMaxConcurrency / 3)),
+        // Every slot while no other network changes anything here; a third while one does.
+        callsInFlight: () =>
+          activeNetworks.othersThan(networkId)
+            ? Math.max(1, Math.floor(settings.pipeline.spendManagementMaxConcurrency / 3))
+            : settings.pipeline.spendManagementMaxConcurrency,
       },
       // One lane of the network's turns for the whole batch: its calls take the network's share.
       { networkId, agentId: `batch:${randomUUID()}`, background: false },

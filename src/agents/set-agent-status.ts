@@ -4,8 +4,9 @@ import type { Clock } from '../clock.js';
 import { DependencyError } from '../observability/dependency-calls.js';
 import type { AgentRepository, AgentStatusView, ChangeConditions, Lease, StatusChangeRow } from '../stores/agent-repository.js';
 import type { DisableQueue } from '../stores/disable-queue.js';
-import { PoolWaitExceeded, waitingUntil } from '../stores/pool-wait.js';
+import { forNetwork, PoolWaitExceeded, waitingUntil } from '../stores/pool-wait.js';
 import type { SentPauses } from '../stores/sent-pauses.js';
+import type { ActiveNetworks } from './active-networks.js';
 import { AnswerClock, type DisableProgress, estimatedRemaining, type ShutdownClock, sleepUntil } from './answer-clock.js';
 import type { BulkRecorder } from './bulk-recorder.js';
 import type { RunCause, RunEnd, RunRequest, RunStores } from './disable-run.js';
@@ -165,6 +166,8 @@ export interface AgentStatusDeps {
   waitPollMs?: number;
   /** How long before its deadline a request stops waiting, to count what is left and answer. */
   answerMarginMs?: number;
+  /** Where each change is counted while it is under way (bulk changes look there). */
+  activeNetworks?: ActiveNetworks;
 }
 
 const tracer = trace.getTracer('partner-agent-status');
@@ -433,6 +436,13 @@ export function createAgentStatusUseCase(deps: AgentStatusDeps) {
   function setAgentStatus(command: SetAgentStatusCommand & { respondAsync?: undefined }): Promise<AgentStatus>;
   function setAgentStatus(command: SetAgentStatusCommand): Promise<AgentStatus | AcceptedDisable>;
   function setAgentStatus(command: SetAgentStatusCommand): Promise<AgentStatus | AcceptedDisable> {
+    // Its statements wait for connections as the network's (forNetwork): another network's bulk
+    // change queues its own statements behind each other, not in front of this one.
+    const change = () => forNetwork(command.networkId, () => changeAs(command));
+    return deps.activeNetworks ? deps.activeNetworks.during(command.networkId, change) : change();
+  }
+
+  function changeAs(command: SetAgentStatusCommand): Promise<AgentStatus | AcceptedDisable> {
     const { networkId, agentId, enabled } = command;
     return tracer.startActiveSpan('agent.set_status', async (span) => {
       span.setAttributes({ 'agent.id': agentId, 'network.id': networkId, 'agent.enabled': enabled });

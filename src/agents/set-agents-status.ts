@@ -1,6 +1,7 @@
 // The bulk use case: up to 1,000 status changes of one network in one call, each made as the single change is.
 
 import type { ChangeAuthor } from '../stores/agent-repository.js';
+import { forNetwork } from '../stores/pool-wait.js';
 import type { BatchChange } from '../stores/status-batches.js';
 import type { BulkRecorder } from './bulk-recorder.js';
 import type { SharedMarks } from './mark-queue.js';
@@ -73,7 +74,7 @@ export function createBulkStatusUseCase(deps: BulkStatusDeps) {
       cancel: () => {
         for (const release of releases) release();
       },
-      start: (progress = {}) => changeAll(command, releaseOf, progress),
+      start: (progress = {}) => forNetwork(networkId, () => changeAll(command, releaseOf, progress)),
     };
   }
 

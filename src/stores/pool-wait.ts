@@ -16,15 +16,31 @@ export class PoolWaitExceeded extends DependencyError {
   }
 }
 
-const bounds = new AsyncLocalStorage<{ until: number }>();
+/** What the statements of a piece of work carry to the gates: their bound, and the network they serve. */
+interface Scope {
+  until: number;
+  /** The network the work is done for; undefined: the replica's own work. */
+  network: string | undefined;
+}
+
+const scopes = new AsyncLocalStorage<Scope>();
 
 /**
  * Runs `work` with every statement it makes (through any gated pool) waiting for a connection
  * until `until` at most (monotonic ms, performance.now()), and never past a bound set further out.
  */
 export function waitingUntil<T>(until: number, work: () => Promise<T>): Promise<T> {
-  const outer = bounds.getStore()?.until ?? Number.POSITIVE_INFINITY;
-  return bounds.run({ until: Math.min(until, outer) }, work);
+  const outer = scopes.getStore();
+  return scopes.run({ until: Math.min(until, outer?.until ?? Number.POSITIVE_INFINITY), network: outer?.network }, work);
+}
+
+/**
+ * Runs `work` as the network's: where its statements wait for a connection, the gate takes turns
+ * between networks (see gatedPool), so that a network with many statements queued (a bulk change of
+ * 1,000 agents) does not make another network's single change wait behind all of them.
+ */
+export function forNetwork<T>(networkId: string, work: () => Promise<T>): Promise<T> {
+  return scopes.run({ until: scopes.getStore()?.until ?? Number.POSITIVE_INFINITY, network: networkId }, work);
 }
 
 /** The query methods of a slonik pool: each takes one connection for its own time (a transaction for its callback's). */
@@ -47,48 +63,93 @@ const connectionMethods = new Set([
 interface Waiter {
   start: () => void;
   timer: NodeJS.Timeout | undefined;
+  /** Arrival order, across the networks' queues. */
+  seq: number;
 }
+
+/** The replica's own work (no network): a queue of its own, taking turns like a network's. */
+const ownWork = '';
 
 /**
  * `pool` behind a gate of `size` slots (the pool's maxPoolSize): a statement waits for a slot at
  * most `maxWaitMs`, or less when the caller set a nearer bound (waitingUntil); past it, it fails
- * with PoolWaitExceeded and is never sent. Slots are handed out in arrival order.
+ * with PoolWaitExceeded and is never sent. A slot that frees goes to the network (forNetwork) that
+ * holds the fewest slots among those waiting, the longest waiting first between equals: within a
+ * network statements keep their arrival order, and a network's queue of a thousand does not stand
+ * in front of another network's one.
  */
 export function gatedPool(pool: DatabasePool, name: string, size: number, maxWaitMs: number): DatabasePool {
   let active = 0;
-  const waiting: Waiter[] = [];
+  let queued = 0;
+  let arrivals = 0;
+  const held = new Map<string, number>();
+  const queues = new Map<string, Waiter[]>();
 
-  const release = () => {
-    active -= 1;
-    const next = waiting.shift();
-    if (next) next.start();
+  const next = (): Waiter | undefined => {
+    let chosen: [string, Waiter[]] | undefined;
+    let fewest = Number.POSITIVE_INFINITY;
+    for (const entry of queues) {
+      const holding = held.get(entry[0]) ?? 0;
+      if (holding < fewest || (holding === fewest && entry[1][0]!.seq < chosen![1][0]!.seq)) {
+        chosen = entry;
+        fewest = holding;
+      }
+    }
+    if (!chosen) return undefined;
+    const [network, queue] = chosen;
+    const waiter = queue.shift()!;
+    if (queue.length === 0) queues.delete(network);
+    queued -= 1;
+    return waiter;
   };
 
-  function slot(): Promise<void> {
-    if (active < size && waiting.length === 0) {
-      active += 1;
+  const take = (network: string) => {
+    active += 1;
+    held.set(network, (held.get(network) ?? 0) + 1);
+  };
+
+  const release = (network: string) => {
+    active -= 1;
+    const holding = (held.get(network) ?? 1) - 1;
+    if (holding === 0) held.delete(network);
+    else held.set(network, holding);
+    next()?.start();
+  };
+
+  function slot(network: string): Promise<void> {
+    if (active < size && queued === 0) {
+      take(network);
       return Promise.resolve();
     }
     const startedAt = performance.now();
-    const until = Math.min(startedAt + maxWaitMs, bounds.getStore()?.until ?? Number.POSITIVE_INFINITY);
+    const until = Math.min(startedAt + maxWaitMs, scopes.getStore()?.until ?? Number.POSITIVE_INFINITY);
     return new Promise<void>((resolve, reject) => {
       const waiter: Waiter = {
+        seq: arrivals++,
         timer: undefined,
         start: () => {
           clearTimeout(waiter.timer);
-          active += 1;
+          take(network);
           resolve();
         },
       };
       waiter.timer = setTimeout(
         () => {
-          const index = waiting.indexOf(waiter);
-          if (index >= 0) waiting.splice(index, 1);
+          const queue = queues.get(network);
+          const index = queue?.indexOf(waiter) ?? -1;
+          if (index >= 0) {
+            queue!.splice(index, 1);
+            if (queue!.length === 0) queues.delete(network);
+            queued -= 1;
+          }
           reject(new PoolWaitExceeded(`no ${name} connection free within ${Math.round(performance.now() - startedAt)} ms`));
         },
         Math.max(0, until - startedAt),
       );
-      waiting.push(waiter);
+      const queue = queues.get(network);
+      if (queue) queue.push(waiter);
+      else queues.set(network, [waiter]);
+      queued += 1;
     });
   }
 
@@ -97,11 +158,12 @@ export function gatedPool(pool: DatabasePool, name: string, size: number, maxWai
       const value = Reflect.get(target, property, receiver) as unknown;
       if (typeof property !== 'string' || !connectionMethods.has(property) || typeof value !== 'function') return value;
       return async (...args: unknown[]) => {
-        await slot();
+        const network = scopes.getStore()?.network ?? ownWork;
+        await slot(network);
         try {
           return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
         } finally {
-          release();
+          release(network);
         }
       };
     },

@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { DatabasePool } from 'slonik';
 import { describe, expect, it } from 'vitest';
-import { gatedPool, PoolWaitExceeded, waitingUntil } from '../../src/stores/pool-wait.js';
+import { forNetwork, gatedPool, PoolWaitExceeded, waitingUntil } from '../../src/stores/pool-wait.js';
 
 /** A stand-in for slonik's pool: `one` runs until the test releases it; what ran is recorded. */
 function fakePool() {
@@ -67,5 +67,35 @@ describe('a gated pool', () => {
     expect(performance.now() - startedAt).toBeLessThan(5_000);
     releases[0]!();
     await first;
+  });
+
+  it("hands a freed slot to the network holding the fewest, so another network's statement does not wait behind a queue of a thousand", async () => {
+    const { pool, started, releases } = fakePool();
+    const gated = gatedPool(pool, 'request', 2, 10_000) as typeof pool;
+    const bulk = Array.from({ length: 6 }, (_, n) => forNetwork('A', () => gated.one(`a${n}`)));
+    await settle();
+    const single = forNetwork('B', () => gated.one('b'));
+    const own = gated.one('replica');
+    await settle();
+    expect(started).toEqual(['a0', 'a1']);
+    releases[0]!();
+    await settle();
+    // B holds none, A one: B's statement goes before A's four that waited longer, then the replica's own.
+    expect(started).toEqual(['a0', 'a1', 'b']);
+    // Both ended: A and the replica hold none, so the longest waiting of them: A's next, in A's order.
+    releases[1]!();
+    await settle();
+    expect(started).toEqual(['a0', 'a1', 'b', 'a2']);
+    // B's ended: A holds one, the replica none.
+    releases[2]!();
+    await settle();
+    expect(started).toEqual(['a0', 'a1', 'b', 'a2', 'replica']);
+    releases[3]!();
+    await settle();
+    expect(started).toEqual(['a0', 'a1', 'b', 'a2', 'replica', 'a3']);
+    for (const release of releases.slice(4)) release();
+    await settle();
+    for (const release of releases.slice(6)) release();
+    expect(await Promise.all([...bulk, single, own])).toEqual(['a0', 'a1', 'a2', 'a3', 'a4', 'a5', 'b', 'replica']);
   });
 });

@@ -16,14 +16,17 @@ interface Harness {
   shared: SharedCalls;
 }
 
-function harness(superseded: ReadonlySet<string> = new Set(), options: { callsInFlight?: number; answered?: Promise<void> } = {}): Harness {
+function harness(
+  superseded: ReadonlySet<string> = new Set(),
+  options: { callsInFlight?: number | (() => number); answered?: Promise<void>; answer?: () => Promise<void> } = {},
+): Harness {
   const h: Omit<Harness, 'shared'> = { calls: [], checks: [], stored: [] };
   const shared = new SharedCalls(
     {
       inSlot: (_owner, task) => task(),
       pauseSpending: async (ids, key) => {
         h.calls.push({ ids, key });
-        await options.answered;
+        await (options.answer?.() ?? options.answered);
         return { confirmed: [...ids] };
       },
       markPausedInStore: async (ids) => {
@@ -38,7 +41,8 @@ function harness(superseded: ReadonlySet<string> = new Set(), options: { callsIn
       clock: systemClock,
       claimCheckMaxAgeMs: 60_000,
       lingerMs: 1_000,
-      callsInFlight: options.callsInFlight ?? 8,
+      callsInFlight:
+        typeof options.callsInFlight === 'function' ? options.callsInFlight : () => (options.callsInFlight as number | undefined) ?? 8,
     },
     { networkId: 'n', agentId: 'batch', background: false },
   );
@@ -114,6 +118,22 @@ describe('shared calls of a bulk change', () => {
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(h.calls).toHaveLength(2); // three more calls are formed, and wait
     answered.resolve();
+    await outcomes;
+    expect(h.calls.map((call) => call.ids.length)).toEqual([100, 100, 100, 100, 100]);
+  });
+
+  it('sends as many of its waiting calls as its share allows once the share grows (no other network changing anything)', async () => {
+    let share = 1;
+    const answers: Array<() => void> = [];
+    const h = harness(new Set(), { callsInFlight: () => share, answer: () => new Promise<void>((resolve) => answers.push(resolve)) });
+    const agents = Array.from({ length: 50 }, () => agent(h.shared, 10));
+    const outcomes = Promise.all(agents.map((member) => member.offer()));
+    await vi.waitFor(() => expect(h.calls).toHaveLength(1));
+    share = 4;
+    answers[0]!();
+    // The four calls that waited all go as the first ends, not one after another.
+    await vi.waitFor(() => expect(h.calls).toHaveLength(5));
+    for (const answer of answers.slice(1)) answer();
     await outcomes;
     expect(h.calls.map((call) => call.ids.length)).toEqual([100, 100, 100, 100, 100]);
   });
