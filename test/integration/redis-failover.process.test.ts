@@ -156,7 +156,11 @@ describe('a Redis failover to a lagging replica, with the chart defaults', () =>
       },
       { timeout: 20_000, interval: 200 },
     );
-    expect(await metric('redis_failover_reasserts_total')).toMatch(/redis_failover_reasserts_total\{outcome="ok"\} [1-9]/);
+    // Counted once the pass has marked every agent: the marks above can be seen a moment before.
+    await vi.waitFor(
+      async () => expect(await metric('redis_failover_reasserts_total')).toMatch(/redis_failover_reasserts_total\{outcome="ok"\} [1-9]/),
+      { timeout: 5_000, interval: 100 },
+    );
 
     // The new primary has no replica: disables go on.
     const after = await db.agent(networkId);

@@ -4,6 +4,7 @@ import { newApiKey, testDatabase } from '../support/data.js';
 import { keysDocument } from '../support/environment.js';
 import { fakeAwsEnvironment, fakeSecretsManager } from '../support/fake-secrets-manager.js';
 import { startTestService, type TestService } from '../support/service.js';
+import { patience } from '../support/wait.js';
 
 /**
  * Partner keys from AWS Secrets Manager, end to end through the real AWS SDK: the service's own
@@ -107,7 +108,9 @@ describe('partner keys from AWS Secrets Manager through the real SDK', () => {
       const elapsed = performance.now() - started;
       // Each attempt ends at the request time-out (not the SDK's default of waiting forever).
       expect(elapsed).toBeGreaterThanOrEqual(settings.maxAttempts * settings.requestTimeoutMs - 50);
-      expect(elapsed).toBeLessThan(secretReadBoundMs(settings) + 1_000);
+      // The bound itself is what is tested; only the margin for timers that fire late stretches with
+      // the machine's load (beside a second suite it once took longer than the bound plus 1 s).
+      expect(elapsed).toBeLessThan(secretReadBoundMs(settings) + patience(1_000));
       expect(fake.calls.length - before).toBe(settings.maxAttempts);
       expect(await metric(failedGauge)).toBe(1);
       expect(await enable(secondKey)).toBe(200);
