@@ -1,6 +1,6 @@
 import type { LookupAddress } from 'node:dns';
 import { BlockList, isIP } from 'node:net';
-import { buildConnector } from 'undici';
+import type { buildConnector } from 'undici';
 import { parseCidr } from '../config.js';
 import { dnsQuery, type HostQuery, type Lookup, LookupsBusy, queryOfLookup } from './webhook-resolver.js';
 
@@ -124,9 +124,12 @@ function portAllowed(port: number, allowedPorts: readonly number[] | undefined, 
   return port === 443 || (allowedPorts ?? []).includes(port) || allowed !== undefined;
 }
 
-/** An undici connector that refuses every connection to an address isPublicAddress refuses. */
-export function guardedConnector(options: GuardOptions): buildConnector.connector {
-  const connect = buildConnector({
+/**
+ * An undici connector that refuses every connection to an address isPublicAddress refuses. undici's
+ * `buildConnector` is handed in: the sender loads undici with its first delivery, not at start.
+ */
+export function guardedConnector(options: GuardOptions, build: typeof buildConnector): buildConnector.connector {
+  const connect = build({
     timeout: options.connectTimeoutMs,
     lookup: guardedLookup(options.allowed, queryOf(options)),
     allowH2: false,

@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:net';
-import { Agent, request } from 'undici';
+import { Agent, buildConnector, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   allowedRanges,
@@ -39,11 +39,14 @@ const toLoopback: Lookup = (_hostname, options, callback) => {
 
 function guardedAgent(options: { allowed?: string[]; resolve?: Lookup } = {}) {
   return new Agent({
-    connect: guardedConnector({
-      connectTimeoutMs: 2_000,
-      allowed: options.allowed ? allowedRanges(options.allowed) : undefined,
-      resolve: options.resolve,
-    }),
+    connect: guardedConnector(
+      {
+        connectTimeoutMs: 2_000,
+        allowed: options.allowed ? allowedRanges(options.allowed) : undefined,
+        resolve: options.resolve,
+      },
+      buildConnector,
+    ),
   });
 }
 
