@@ -1,5 +1,7 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { randomInt } from 'node:crypto';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -7,7 +9,29 @@ import { patience, waitFor } from './wait.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
+/** The lowest port the kernel hands out for outgoing connections (and for listen(0)). */
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 11_024 ? low : 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+
+/**
+ * A port free to listen on, for a server a test starts. Drawn at random below the kernel's
+ * ephemeral range: a port from listen(0) comes from that range, where every outgoing connection of
+ * every process takes its local port, so beside a second test suite one was taken between this
+ * check and the server's bind (EADDRINUSE, a chaos replica that never started). Below the range
+ * only another test's random draw can collide, one chance in ten thousand.
+ */
 export async function freePort(): Promise<number> {
+  const high = ephemeralLow();
+  for (let attempt = 0; attempt < 20; attempt += 1) {
+    const port = randomInt(high - 10_000, high);
+    if (await portIsFree(port)) return port;
+  }
   const server = createServer();
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
@@ -39,6 +63,23 @@ export async function portIsFree(port: number): Promise<boolean> {
  * `npm start` runs the script itself, in a process group of its own (the child is npm).
  */
 export async function startServiceProcess(env: Record<string, string>, via: 'node' | 'npm start' = 'node') {
+  // A port found free can be taken by another suite on the machine before the service binds it
+  // (EADDRINUSE, seen beside a second `npm test`): the service is started again on other ports.
+  // Ports the caller chose are its own: no second try.
+  const tries = env.PORT || env.METRICS_PORT ? 1 : 3;
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await startServiceOnce(env, via);
+    } catch (error) {
+      if (attempt >= tries || !(error instanceof AddressInUse)) throw error;
+    }
+  }
+}
+
+/** The service exited before listening because its address was taken. */
+class AddressInUse extends Error {}
+
+async function startServiceOnce(env: Record<string, string>, via: 'node' | 'npm start') {
   const port = await freePort();
   const metricsPort = await freePort();
   const output: string[] = [];
@@ -70,7 +111,10 @@ export async function startServiceProcess(env: Record<string, string>, via: 'nod
   try {
     await waitFor(
       async () => {
-        if (exitCode !== undefined) throw new Error(`service exited with ${exitCode} before listening:\n${output.join('\n')}`);
+        if (exitCode !== undefined) {
+          const message = `service exited with ${exitCode} before listening:\n${output.join('\n')}`;
+          throw output.some((line) => line.includes('EADDRINUSE')) ? new AddressInUse(message) : new Error(message);
+        }
         return fetch(`${baseUrl}/readyz`).then(
           (r) => r.ok,
           () => false,
