@@ -115,12 +115,30 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
     String(replicas),
     '--cluster-yes',
   ]);
+  /** Each node as the last health check saw it: what a failure names. */
+  const seen = new Map<number, string>();
   const healthy = async () => {
     const live = ports.filter((port) => servers.get(port)!.exitCode === null && servers.get(port)!.signalCode === null);
+    for (const port of ports)
+      if (!live.includes(port)) seen.set(port, `exited (${servers.get(port)!.exitCode ?? servers.get(port)!.signalCode})`);
     const states = await Promise.all(live.map((port) => info(port, 'INFO').catch(() => '')));
+    for (const [at, port] of live.entries()) {
+      const fields = Object.fromEntries(
+        states[at]!.split('\n')
+          .map((line) => line.trim().split(':'))
+          .filter((pair) => pair.length === 2),
+      );
+      seen.set(
+        port,
+        states[at]
+          ? `${fields.cluster_state} (slots ok ${fields.cluster_slots_ok}, fail ${fields.cluster_slots_fail}, known nodes ${fields.cluster_known_nodes})`
+          : 'no answer',
+      );
+    }
     return states.every((state) => state.includes('cluster_state:ok'));
   };
-  await waitFor(healthy, { timeoutMs: 20_000, intervalMs: 100, failure: () => 'the new cluster did not become healthy' });
+  const unhealthy = (what: string) => () => `${what}: ${[...seen].map(([port, state]) => `${port} ${state}`).join('; ')}`;
+  await waitFor(healthy, { timeoutMs: patience(20_000), intervalMs: 100, failure: unhealthy('the new cluster did not become healthy') });
   // Every replica in sync with its primary: one that never synced would not take over.
   const inSync = async (port: number) => {
     const client = admin(port);
@@ -163,7 +181,8 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
     url: ports.map((port) => `redis://127.0.0.1:${port}`).join(','),
     nodes,
     /** Waits until every live node says cluster_state:ok. */
-    healthy: () => waitFor(healthy, { timeoutMs: 30_000, intervalMs: 100, failure: () => 'the cluster did not become healthy again' }),
+    healthy: () =>
+      waitFor(healthy, { timeoutMs: patience(30_000), intervalMs: 100, failure: unhealthy('the cluster did not become healthy again') }),
     /** The primary that serves this key's slot. */
     async primaryOf(key: string): Promise<number> {
       const client = admin(ports[0]!);
