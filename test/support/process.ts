@@ -51,8 +51,12 @@ export function groupProcesses(pgid: number): string[] {
 
 export async function portIsFree(port: number): Promise<boolean> {
   const server = createServer();
-  server.listen(port, '127.0.0.1');
-  const outcome = await Promise.race([once(server, 'listening').then(() => true), once(server, 'error').then(() => false)]);
+  // Not events.once: once(server, 'listening') rejects on 'error' (EADDRINUSE would be thrown).
+  const outcome = await new Promise<boolean>((resolve) => {
+    server.once('listening', () => resolve(true));
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1');
+  });
   if (outcome) await new Promise((resolve) => server.close(resolve));
   return outcome;
 }
