@@ -267,20 +267,23 @@ export function createWebhookDeliveryStore(
         const success = attempt.outcome === 'success';
         const state = success ? 'succeeded' : attempt.gone || attempt.retryInMs === undefined ? 'failed' : 'pending';
         const next = attempt.retryInMs === undefined ? sql.fragment`now()` : sql.fragment`now() + ${seconds(attempt.retryInMs)}`;
+        // The endpoint's row is locked first, then the delivery's: the order of an endpoint's DELETE,
+        // whose cascade locks its deliveries. The other order deadlocked with a DELETE (40P01) beside
+        // a second test suite.
         const row = await pool.one(sql.type(recordRow)`
-          WITH delivery AS (
+          WITH before AS (
+            SELECT e.id, e.enabled, e.failing_since, e.success_streak FROM webhook_endpoints e
+            WHERE e.id = ${claim.endpointId} FOR UPDATE
+          ), delivery AS (
             UPDATE webhook_deliveries
                SET attempts = attempts + 1, state = ${state}, next_attempt_at = ${next},
                    claim_token = NULL, lease_owner = NULL, updated_at = now()
-             WHERE id = ${claim.id} AND claim_token = ${claim.claimToken}
+             WHERE id = ${claim.id} AND claim_token = ${claim.claimToken} AND EXISTS (SELECT 1 FROM before)
             RETURNING id, endpoint_id, attempts
           ), attempt AS (
             INSERT INTO webhook_delivery_attempts (delivery_id, attempt, attempted_at, status_code, outcome, duration_ms)
             SELECT id, attempts, ${attempt.attemptedAt.toISOString()}, ${attempt.statusCode}, ${attempt.outcome}, ${attempt.durationMs}
             FROM delivery
-          ), before AS (
-            SELECT e.id, e.enabled, e.failing_since, e.success_streak FROM webhook_endpoints e
-            WHERE e.id = (SELECT endpoint_id FROM delivery) FOR UPDATE
           ), endpoint AS (
             UPDATE webhook_endpoints e
                SET failing_since = CASE
@@ -296,7 +299,7 @@ export function createWebhookDeliveryStore(
                      WHEN ${attempt.gone} THEN 'gone'
                      WHEN NOT ${success} AND before.failing_since < now() - ${seconds(attempt.disableAfterFailingMs)} THEN 'failing'
                    END AS reason) disabling
-             WHERE e.id = before.id
+             WHERE e.id = before.id AND EXISTS (SELECT 1 FROM delivery)
             RETURNING disabling.reason
           )
           SELECT EXISTS (SELECT 1 FROM delivery) AS recorded, ${state}::text AS state, (SELECT reason FROM endpoint) AS disabled`);

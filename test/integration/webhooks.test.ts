@@ -492,3 +492,61 @@ describe('fairness', () => {
     expect(slow.received.length).toBeLessThanOrEqual(4);
   });
 });
+
+describe('an attempt recorded while the endpoint is being deleted', () => {
+  it("locks the endpoint before the delivery, as the endpoint's DELETE does (its cascade), so the two never deadlock", async () => {
+    // A disabled endpoint (the sender claims nothing of it) with one delivery under this test's lease.
+    const endpointId = randomUUID();
+    const claimToken = randomUUID();
+    await db.pool.query('INSERT INTO webhook_endpoints (id, network_id, url, secret, enabled) VALUES ($1, $2, $3, $4, false)', [
+      endpointId,
+      networkC,
+      'https://example.invalid/hook',
+      'sealed-elsewhere',
+    ]);
+    const { rows } = await db.pool.query(
+      `INSERT INTO webhook_deliveries (endpoint_id, network_id, event_id, event_type, body, claim_token, lease_owner, next_attempt_at)
+       VALUES ($1, $2, gen_random_uuid(), 'agent.disabled', '{}', $3, 'lock-order test', now() + interval '1 hour') RETURNING id`,
+      [endpointId, networkC, claimToken],
+    );
+    const deliveryId = rows[0].id as string;
+    // Another transaction holds the delivery's row: the attempt's record waits for it.
+    const holder = await db.pool.connect();
+    const prober = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE', [deliveryId]);
+      const recorded = svc.service.webhookDeliveries.recordAttempt(
+        { id: deliveryId, endpointId, claimToken } as Parameters<typeof svc.service.webhookDeliveries.recordAttempt>[0],
+        {
+          attemptedAt: new Date(),
+          statusCode: 500,
+          outcome: 'failure',
+          durationMs: 5,
+          retryInMs: 1_000,
+          gone: false,
+          disableAfterFailingMs: 86_400_000,
+        },
+      );
+      // While it waits for the delivery, it already holds the endpoint: a DELETE of the endpoint (which
+      // locks the endpoint, then its deliveries) waits behind it instead of taking the endpoint first.
+      await waitFor(
+        async () => {
+          const held = await prober.query('SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR UPDATE NOWAIT', [endpointId]).then(
+            () => false,
+            (error: { code?: string }) => error.code === '55P03',
+          );
+          return held;
+        },
+        { timeoutMs: 5_000, intervalMs: 50, failure: 'the record waited for the delivery without holding its endpoint' },
+      );
+      await holder.query('COMMIT');
+      expect((await recorded).recorded).toBe(true);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      holder.release();
+      prober.release();
+      await db.pool.query('DELETE FROM webhook_endpoints WHERE id = $1', [endpointId]);
+    }
+  });
+});
