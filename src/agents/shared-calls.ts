@@ -31,7 +31,7 @@ export interface SharedCallPorts {
    * a third (at least 1) while one has. Measured with `npm run bench -- --only=bulk`: a batch of
    * 1,000 disables with every slot was 5.4x faster than single calls, but another network's disable
    * beside it took 1.9-2.1x its time alone (the batch's statements and marks busy the machine, not
-   * the slots); with a third always, 1.1-1.3x, and the batch only 3x.
+   * the slots); with a third always, 1.2-1.7x, and the batch only 3x.
    */
   callsInFlight: () => number;
   /**
