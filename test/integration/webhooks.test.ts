@@ -6,7 +6,7 @@ import type { DeliverableEvent } from '../../src/stores/webhook-deliveries.js';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { urls } from '../support/partner.js';
 import { startTestService, type TestService } from '../support/service.js';
-import { waitFor } from '../support/wait.js';
+import { patience, waitFor } from '../support/wait.js';
 import { partnerCall, receiverSet, servedAfterStart } from '../support/webhook-receiver.js';
 
 // docs/interfaces.md §14, partner webhooks, against the real service (in process), PostgreSQL and
@@ -538,7 +538,7 @@ describe('an attempt recorded while the endpoint is being deleted', () => {
           );
           return held;
         },
-        { timeoutMs: 5_000, intervalMs: 50, failure: 'the record waited for the delivery without holding its endpoint' },
+        { timeoutMs: patience(5_000), intervalMs: 50, failure: 'the record waited for the delivery without holding its endpoint' },
       );
       await holder.query('COMMIT');
       expect((await recorded).recorded).toBe(true);

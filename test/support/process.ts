@@ -9,15 +9,15 @@ import { patience, waitFor } from './wait.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
-/** The lowest port the kernel hands out for outgoing connections (and for listen(0)). */
-function ephemeralLow(): number {
+/** The lowest port the kernel hands out for outgoing connections (and for listen(0)), read once. */
+const ephemeralLow = (() => {
   try {
     const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
     return Number.isInteger(low) && low > 11_024 ? low : 32_768;
   } catch {
     return 32_768;
   }
-}
+})();
 
 /**
  * A port free to listen on, for a server a test starts. Drawn at random below the kernel's
@@ -27,9 +27,8 @@ function ephemeralLow(): number {
  * only another test's random draw can collide, one chance in ten thousand.
  */
 export async function freePort(): Promise<number> {
-  const high = ephemeralLow();
   for (let attempt = 0; attempt < 20; attempt += 1) {
-    const port = randomInt(high - 10_000, high);
+    const port = randomInt(ephemeralLow - 10_000, ephemeralLow);
     if (await portIsFree(port)) return port;
   }
   const server = createServer();

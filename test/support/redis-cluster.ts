@@ -28,6 +28,8 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
   const dir = mkdtempSync(join(tmpdir(), 'pas-redis-cluster-'));
   const ports: number[] = [];
   const servers = new Map<number, ChildProcess>();
+  /** Whether the node on this port is still running. */
+  const alive = (port: number) => servers.get(port)!.exitCode === null && servers.get(port)!.signalCode === null;
   // Each node keeps an append-only file of its own, written through on every write: a node killed
   // and started again comes back with its data, as a managed node does, never as an empty primary
   // of its slots (which would wipe its replica too when it syncs).
@@ -118,7 +120,7 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
   /** Each node as the last health check saw it: what a failure names. */
   const seen = new Map<number, string>();
   const healthy = async () => {
-    const live = ports.filter((port) => servers.get(port)!.exitCode === null && servers.get(port)!.signalCode === null);
+    const live = ports.filter((port) => alive(port));
     for (const port of ports)
       if (!live.includes(port)) seen.set(port, `exited (${servers.get(port)!.exitCode ?? servers.get(port)!.signalCode})`);
     const states = await Promise.all(live.map((port) => info(port, 'INFO').catch(() => '')));
@@ -158,7 +160,7 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
 
   /** node id, port and role of every node, as one live node sees them. */
   const nodes = async () => {
-    const live = ports.find((port) => servers.get(port)!.exitCode === null && servers.get(port)!.signalCode === null)!;
+    const live = ports.find((port) => alive(port))!;
     return (await info(live, 'NODES'))
       .trim()
       .split('\n')
@@ -216,7 +218,7 @@ export async function startRedisCluster(options: { primaries?: number; replicas?
     },
     /** `redis-cli --cluster fix`: closes any slot a resharding left open half-way. */
     async fix(): Promise<void> {
-      const live = ports.find((port) => servers.get(port)!.exitCode === null && servers.get(port)!.signalCode === null)!;
+      const live = ports.find((port) => alive(port))!;
       await run('redis-cli', ['--cluster', 'fix', `127.0.0.1:${live}`, '--cluster-yes'], cliBound()).catch(() => undefined);
     },
     /** Moves `slots` slots from one primary to another with `redis-cli --cluster reshard`. */

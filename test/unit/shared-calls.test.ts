@@ -4,6 +4,7 @@ import { ClaimCheck } from '../../src/agents/claim-check.js';
 import { type PartOutcome, SharedCalls } from '../../src/agents/shared-calls.js';
 import { systemClock } from '../../src/clock.js';
 import type { SharedPart } from '../../src/stores/disable-queue.js';
+import { patience } from '../support/wait.js';
 
 // The shared calls of one bulk change (src/agents/shared-calls.ts): parts packed into calls of up to
 // 100 campaigns, one claim check for the call that drops the parts whose claim is gone before the
@@ -128,11 +129,11 @@ describe('shared calls of a bulk change', () => {
     const h = harness(new Set(), { callsInFlight: () => share, answer: () => new Promise<void>((resolve) => answers.push(resolve)) });
     const agents = Array.from({ length: 50 }, () => agent(h.shared, 10));
     const outcomes = Promise.all(agents.map((member) => member.offer()));
-    await vi.waitFor(() => expect(h.calls).toHaveLength(1));
+    await vi.waitFor(() => expect(h.calls).toHaveLength(1), { timeout: patience(5_000) });
     share = 4;
     answers[0]!();
     // The four calls that waited all go as the first ends, not one after another.
-    await vi.waitFor(() => expect(h.calls).toHaveLength(5));
+    await vi.waitFor(() => expect(h.calls).toHaveLength(5), { timeout: patience(5_000) });
     for (const answer of answers.slice(1)) answer();
     await outcomes;
     expect(h.calls.map((call) => call.ids.length)).toEqual([100, 100, 100, 100, 100]);
