@@ -6,8 +6,8 @@ import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import { describe, expect, it, vi } from 'vitest';
 import { watchDatabase } from '../../src/dev/database-watch.js';
 import { postStatus } from '../support/partner.js';
-import { freePort, groupProcesses, portIsFree } from '../support/process.js';
-import { patience } from '../support/wait.js';
+import { AddressInUse, freePort, groupProcesses, portIsFree } from '../support/process.js';
+import { patience, waitFor } from '../support/wait.js';
 
 /**
  * `npm run dev` as a developer runs it: it must serve its demo, and stop cleanly on SIGTERM (sent
@@ -17,7 +17,21 @@ import { patience } from '../support/wait.js';
  */
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
+/**
+ * Starts dev on four free ports, again on new ones (up to three times) when one was taken between
+ * the draw and dev's bind, seconds later: another suite on the machine can draw it meanwhile.
+ */
 async function startDev(extraEnv: Record<string, string> = {}, script = 'dev') {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await startDevOnce(extraEnv, script);
+    } catch (error) {
+      if (attempt >= 3 || !(error instanceof AddressInUse)) throw error;
+    }
+  }
+}
+
+async function startDevOnce(extraEnv: Record<string, string>, script: string) {
   const ports = {
     PORT: await freePort(),
     METRICS_PORT: await freePort(),
@@ -43,13 +57,25 @@ async function startDev(extraEnv: Record<string, string> = {}, script = 'dev') {
   child.stdout!.on('data', (chunk) => (output += chunk));
   child.stderr!.on('data', (chunk) => (output += chunk));
   const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
-  await vi.waitFor(
-    () => {
-      if (child.exitCode !== null) throw new Error(`npm run dev exited with ${child.exitCode}:\n${output}`);
-      expect(output).toContain('Stop with Ctrl-C');
-    },
-    { timeout: patience(60_000), interval: 50 },
-  );
+  // 'close', not 'exit': by then every line it wrote has been read (EADDRINUSE among them).
+  let closed = false;
+  child.once('close', () => (closed = true));
+  try {
+    await waitFor(
+      () => {
+        // An exit is final: stop waiting at once.
+        if (closed) {
+          const message = `npm run dev exited with ${child.exitCode}:\n${output}`;
+          throw output.includes('EADDRINUSE') ? new AddressInUse(message) : new Error(message);
+        }
+        return output.includes('Stop with Ctrl-C');
+      },
+      { timeoutMs: patience(60_000), intervalMs: 50, failure: () => `npm run dev did not print its banner:\n${output}` },
+    );
+  } catch (error) {
+    if (groupProcesses(child.pid!).length > 0) process.kill(-child.pid!, 'SIGKILL');
+    throw error;
+  }
   return { child, pgid: child.pid!, ports, exited, output: () => output };
 }
 

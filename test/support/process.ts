@@ -80,7 +80,8 @@ export async function startServiceProcess(env: Record<string, string>, via: 'nod
 }
 
 /** The service exited before listening because its address was taken. */
-class AddressInUse extends Error {}
+/** A start that failed because a port drawn free was taken before the process bound it. */
+export class AddressInUse extends Error {}
 
 async function startServiceOnce(env: Record<string, string>, via: 'node' | 'npm start') {
   const port = await freePort();
