@@ -74,8 +74,13 @@ describe('a disable over a Redis Cluster', () => {
     const left = await disagreements(stores(), ids);
     // The refused campaign is paused in spend management only, and stays pending for the worker.
     expect(left.map((c) => c.campaignId)).toEqual([ids[7]]);
-    const refusals = await svc.service.metrics.registry.getSingleMetricAsString('campaigns_not_confirmed_total');
-    expect(refusals).toMatch(/dependency="redis"\} 1/);
+    // One refusal an attempt, for the one key (not the call's 450): the worker may have tried again
+    // already (it did on a busy machine), so the count is bounded by the attempts made since.
+    const metric = await svc.service.metrics.registry.getSingleMetricAsString('campaigns_not_confirmed_total');
+    const refusals = Number(/dependency="redis"\} (\d+)/.exec(metric)?.[1]);
+    const attempts = (await db.pendingDisable(agentId))?.attempts ?? 0;
+    expect(refusals).toBeGreaterThanOrEqual(1);
+    expect(refusals, `attempts ${attempts}`).toBeLessThanOrEqual(attempts + 1);
     await reader.del(`campaign:${ids[7]}`);
     await db.pendingDisableGone(agentId, 20_000);
     expect(await disagreements(stores(), ids)).toEqual([]);
