@@ -160,10 +160,10 @@ export function createDisableProtocol(deps: ProtocolDeps) {
         clock: runner.clock,
         claimCheckMaxAgeMs: workerSettings.claimCheckMaxAgeMs,
         lingerMs: bulkSettings.callLingerMs,
-        // Every slot while no other network changes anything here; a third while one does.
+        // Every slot while no other network changes anything here; a fifth while one does.
         callsInFlight: () =>
           activeNetworks.othersThan(networkId)
-            ? Math.max(1, Math.floor(settings.pipeline.spendManagementMaxConcurrency / 3))
+            ? Math.max(1, Math.floor(settings.pipeline.spendManagementMaxConcurrency / 5))
             : settings.pipeline.spendManagementMaxConcurrency,
       },
       // One lane of the network's turns for the whole batch: its calls take the network's share.
