@@ -79,7 +79,6 @@ export async function startServiceProcess(env: Record<string, string>, via: 'nod
   }
 }
 
-/** The service exited before listening because its address was taken. */
 /** A start that failed because a port drawn free was taken before the process bound it. */
 export class AddressInUse extends Error {}
 
