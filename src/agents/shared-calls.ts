@@ -33,7 +33,7 @@ export interface SharedCallPorts {
    * beside it took 1.9-2.1x its time alone (the batch's statements and marks busy the machine, not
    * the slots); with a third always, 1.2-1.7x, and the batch only 3x. Every slot alone and a share
    * beside others, alternated on one machine (2026-11-29): a half, 1.88-2.44x; a third, 1.32-2.88x
-   * (7 of 11 runs over 1.5x); a fifth, 1.07-1.31x in 5 of 5; an eighth, 1.02-1.36x. The batch was
+   * (7 of 11 runs over 1.5x); a fifth, 1.00-1.93x (9 of 10 runs within 1.5x); an eighth, 1.02-1.36x. The batch was
    * 4.7-5.3x faster than single calls with a third, 4.5-5.2x with a fifth: the other network is
    * under way for a fraction of the batch only.
    */
