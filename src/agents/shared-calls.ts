@@ -28,14 +28,13 @@ export interface SharedCallPorts {
   /**
    * The change's calls in slots at once, asked before each call: all the replica's slots
    * (SPEND_MANAGEMENT_MAX_CONCURRENCY) while no other network has a change under way in the replica,
-   * a fifth (at least 1) while one has. Measured with `npm run bench -- --only=bulk`: a batch of
-   * 1,000 disables with every slot was 5.4x faster than single calls, but another network's disable
-   * beside it took 1.9-2.1x its time alone (the batch's statements and marks busy the machine, not
-   * the slots); with a third always, 1.2-1.7x, and the batch only 3x. Every slot alone and a share
-   * beside others, alternated on one machine (2026-11-29): a half, 1.88-2.44x; a third, 1.32-2.88x
-   * (7 of 11 runs over 1.5x); a fifth, 1.00-1.93x (9 of 10 runs within 1.5x); an eighth, 1.02-1.36x. The batch was
-   * 4.7-5.3x faster than single calls with a third, 4.5-5.2x with a fifth: the other network is
-   * under way for a fraction of the batch only.
+   * a fifth (at least 1) while one has. What slows another network's disable beside a batch is the
+   * batch's statements and marks keeping PostgreSQL and the machine busy, not the slots; the share
+   * paces them. Alternated `npm run bench -- --only=bulk` runs on one machine (2026-11-29), another
+   * network's disable beside a batch of 1,000 against its time alone: a half 1.88-2.44x; a third
+   * 1.32-2.88x (7 of 11 runs over 1.5x); a fifth 1.00-1.93x (9 of 10 within 1.5x); an eighth
+   * 1.02-1.36x. The batch against single calls: 4.7-5.3x with a third, 4.5-5.2x with a fifth (the
+   * other network is under way for part of the batch only).
    */
   callsInFlight: () => number;
   /**
