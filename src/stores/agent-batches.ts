@@ -2,6 +2,7 @@ import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
 import { type ChangeAuthor, type DisableOutcome, flagAndClaim, type Lease } from './agent-repository.js';
+import { textArray, uuidArray } from './array-params.js';
 import { completionEvent } from './event-outbox.js';
 import { changeLock, postgresCall } from './postgres.js';
 import type { Statement } from './statements.js';
@@ -150,12 +151,8 @@ export function createAgentBatchStatements(
         const partIds = marks.flatMap((mark) => mark.campaignIds);
         const rows = await pool.any(statement('pas_mark_campaigns_paused_many', markRow)`
           WITH input AS (
-            SELECT * FROM unnest(${sql.array(
-              marks.map((mark) => mark.agentId),
-              'text',
-            )}, ${sql.array(
+            SELECT * FROM unnest(${textArray(marks.map((mark) => mark.agentId))}, ${uuidArray(
               marks.map((mark) => mark.claim.claimToken),
-              'uuid',
             )}, ${sql.array(
               marks.map((mark) => mark.finish),
               'bool',
@@ -165,7 +162,7 @@ export function createAgentBatchStatements(
             )}) AS i(agent_id, claim_token, finish, lease_ms)
           ), part AS (
             -- Which run's mark each campaign is in (the agent it was read for).
-            SELECT * FROM unnest(${sql.array(partAgents, 'text')}, ${sql.array(partIds, 'uuid')}) AS p(agent_id, campaign_id)
+            SELECT * FROM unnest(${textArray(partAgents)}, ${uuidArray(partIds)}) AS p(agent_id, campaign_id)
           ), serial AS (
             -- The change locks of the runs whose last batch this may be, in agent order, all of them
             -- before any pending row (moved_by waits for this): the order of every statement.
@@ -221,14 +218,11 @@ export function createAgentBatchStatements(
           ), skipped AS (
             SELECT c.campaign_id FROM campaigns c
             WHERE c.campaign_id = ANY(ARRAY(
-                    SELECT unnest(${sql.array(partIds, 'uuid')}) EXCEPT SELECT campaign_id FROM lockable))
+                    SELECT campaign_id FROM part EXCEPT SELECT campaign_id FROM lockable))
               AND NOT c.paused
           ), settled AS (
             DELETE FROM pause_calls p
-            WHERE p.call_key = ANY(${sql.array(
-              marks.flatMap((mark) => mark.settledCalls),
-              'uuid',
-            )})
+            WHERE p.call_key = ANY(${uuidArray(marks.flatMap((mark) => mark.settledCalls))})
               AND NOT (coalesce(p.answered_ids, p.campaign_ids) && ARRAY(SELECT campaign_id FROM skipped))
           ), skipped_by AS (
             -- Each run's skipped campaigns, in one pass (not one scan of every part per run).

@@ -2,6 +2,7 @@ import { type CommonQueryMethods, type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import { defaultEventSource } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
+import { uuidArray } from './array-params.js';
 import { completionEvent } from './event-outbox.js';
 import { changeLock, postgresCall, seconds } from './postgres.js';
 import { type Statement, statementsFor } from './statements.js';
@@ -446,7 +447,7 @@ function campaignMarks({
             -- Found by primary key only. SKIP LOCKED: a campaign row that another transaction
             -- holds is left for a later pass instead of holding back the batch (and its locks).
             SELECT c.campaign_id FROM campaigns c
-            WHERE c.campaign_id = ANY(${sql.array(campaignIds, 'uuid')}) AND NOT c.paused
+            WHERE c.campaign_id = ANY(${uuidArray(campaignIds)}) AND NOT c.paused
             FOR NO KEY UPDATE SKIP LOCKED
           ), moved AS (
             UPDATE campaigns c SET paused = true
@@ -484,13 +485,13 @@ function campaignMarks({
             -- Looked up only for the ids the lock left out (none, almost always).
             SELECT c.campaign_id FROM campaigns c
             WHERE c.campaign_id = ANY(ARRAY(
-                    SELECT unnest(${sql.array(campaignIds, 'uuid')}) EXCEPT SELECT campaign_id FROM lockable))
+                    SELECT unnest(${uuidArray(campaignIds)}) EXCEPT SELECT campaign_id FROM lockable))
               AND NOT c.paused
           ), settled AS (
             -- The record of these calls: settled now in all three stores (paused here by this
             -- statement or before it), unless a lock left one of their campaigns out.
             DELETE FROM pause_calls p
-            WHERE p.call_key = ANY(${sql.array(settledCalls, 'uuid')})
+            WHERE p.call_key = ANY(${uuidArray(settledCalls)})
               AND NOT (coalesce(p.answered_ids, p.campaign_ids) && ARRAY(SELECT campaign_id FROM skipped))
           )
           SELECT (SELECT count(*) FROM moved)::int AS n,

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { defaultEventSource } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Lease } from './agent-repository.js';
+import { textArray, uuidArray } from './array-params.js';
 import { completionEvent } from './event-outbox.js';
 import { changeLock, postgresCall, seconds } from './postgres.js';
 import type { SentBatch } from './sent-pauses.js';
@@ -136,7 +137,7 @@ export function createDisableQueue(
           WITH claim AS (${claim}), recorded AS (
             INSERT INTO pause_calls (call_key, agent_id, campaign_ids, state, next_attempt_at)
             SELECT t.call_key, ${agentId}, array_agg(t.id ORDER BY t.n), 'sent', now() + ${seconds(lease.leaseMs)}
-            FROM unnest(${sql.array(ids, 'uuid')}, ${sql.array(keys, 'uuid')}) WITH ORDINALITY AS t(id, call_key, n)
+            FROM unnest(${uuidArray(ids)}, ${uuidArray(keys)}) WITH ORDINALITY AS t(id, call_key, n)
             WHERE EXISTS (SELECT 1 FROM claim)
             GROUP BY t.call_key
             ON CONFLICT (call_key) DO NOTHING
@@ -315,12 +316,8 @@ async function checkSharedClaims(
   const partAgents = parts.flatMap((part) => part.batch.campaignIds.map(() => part.agentId));
   const row = await checks.one(statement('pas_check_shared_claims', heldAgentsRow)`
           WITH input AS (
-            SELECT * FROM unnest(${sql.array(
-              parts.map((part) => part.agentId),
-              'text',
-            )}, ${sql.array(
+            SELECT * FROM unnest(${textArray(parts.map((part) => part.agentId))}, ${uuidArray(
               parts.map((part) => part.lease.claimToken),
-              'uuid',
             )}, ${sql.array(
               parts.map((part) => part.renew),
               'bool',
@@ -337,7 +334,7 @@ async function checkSharedClaims(
             SELECT agent_id FROM renewed UNION SELECT agent_id FROM checked
           ), sent AS (
             SELECT t.agent_id, t.part_key, t.id, t.n
-            FROM unnest(${sql.array(partAgents, 'text')}, ${sql.array(partKeys, 'uuid')}, ${sql.array(ids, 'uuid')})
+            FROM unnest(${textArray(partAgents)}, ${uuidArray(partKeys)}, ${uuidArray(ids)})
                  WITH ORDINALITY AS t(agent_id, part_key, id, n)
             WHERE t.agent_id IN (SELECT agent_id FROM held)
           ), recorded AS (

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type DatabasePool, sql } from 'slonik';
 import { z } from 'zod';
 import type { Metrics } from '../observability/metrics.js';
+import { uuidArray } from './array-params.js';
 import { postgresCall, seconds } from './postgres.js';
 
 /** One pause call: the campaigns it names, in the order sent, and its idempotency key. */
@@ -58,7 +59,7 @@ const countRow = z.object({ n: z.number() });
 function pairs(calls: readonly AnsweredCall[]) {
   const ids = calls.flatMap((call) => call.unsettled);
   const keys = calls.flatMap((call) => call.unsettled.map(() => call.callKey));
-  return { ids: sql.array(ids, 'uuid'), keys: sql.array(keys, 'uuid') };
+  return { ids: uuidArray(ids), keys: uuidArray(keys) };
 }
 
 /**
@@ -100,7 +101,7 @@ export function createSentPauses(pool: DatabasePool, metrics: Metrics): SentPaus
         if (callKeys.length === 0) return;
         await pool.one(sql.type(countRow)`
           WITH forgotten AS (
-            DELETE FROM pause_calls WHERE call_key = ANY(${sql.array(callKeys, 'uuid')}) AND state = 'sent'
+            DELETE FROM pause_calls WHERE call_key = ANY(${uuidArray(callKeys)}) AND state = 'sent'
             RETURNING 1
           )
           SELECT count(*)::int AS n FROM forgotten`);
