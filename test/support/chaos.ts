@@ -1,4 +1,6 @@
-// Chaos: three built replicas under partner load while faults come and go at random (SIGKILL,
+// Chaos: three built replicas under partner load (single changes, and one request in five a bulk
+// change of 2 to 6 agents whose disables share their pause calls), the platform creating campaigns
+// for enabled agents all along, while faults come and go at random (SIGKILL,
 // SIGTERM, a black-holed database connection, rows held by platform transactions, spend management
 // failing, hanging or slow; with one Redis server a Redis cut and Redis read-only, with a Redis
 // Cluster a primary killed (its replica takes over) and slots moved), for a bounded time; then
@@ -26,7 +28,7 @@ import { newApiKey, testDatabase } from './data.js';
 import { databaseUrl } from './database-url.js';
 import { eventStreamProblems } from './event-stream-check.js';
 import { type NatsServer, startNatsServer } from './nats-server.js';
-import { postStatus } from './partner.js';
+import { postBatch, postStatus } from './partner.js';
 import { startPgBouncer } from './pgbouncer.js';
 import { freePort, startServiceProcess } from './process.js';
 import { processEnvironment } from './process-environment.js';
@@ -234,9 +236,11 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       // "did not converge" (seeds 2087945056, 1982882717).
       const networkId = await db.network({ requireAgentApproval: true });
       const partner: Partner = { key: newApiKey(), networkId, name: `chaos-${n}`, agents: [] };
-      for (let a = 0; a < 8; a += 1) {
+      // Eight agents of 0 to 400 campaigns, and sixteen small ones, so that bulk changes often find
+      // several agents with campaigns still to pause and share calls between them.
+      for (let a = 0; a < 24; a += 1) {
         const agentId = await db.agent(partner.networkId);
-        const ids = await db.campaigns(agentId, random.pick([0, 3, 40, 150, 250, 400]));
+        const ids = await db.campaigns(agentId, a < 8 ? random.pick([0, 3, 40, 150, 250, 400]) : random.pick([2, 5, 10, 20]));
         campaignsOf.set(agentId, ids);
         for (const id of ids) agentOfCampaign.set(id, agentId);
         partner.agents.push(agentId);
@@ -349,6 +353,7 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       const replicas = await Promise.all([0, 1, 2].map(replica));
       const sim = environment.simulator.simulator;
       const sent: Sent[] = [];
+      let batches = 0;
       const platform: pg.Client[] = [];
       const faultsDone: string[] = [];
       const startedAt = Date.now();
@@ -356,13 +361,17 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
 
       async function send(): Promise<void> {
         const partner = random.pick(partners);
-        const agentId = random.pick(partner.agents);
-        const enabled = random.next() < 0.4;
         const target = random.pick(replicas.filter((r) => r.baseUrl));
         if (!target?.baseUrl) {
           await sleep(50);
           return;
         }
+        if (random.next() < 0.2) {
+          await sendBatch(partner, target.baseUrl);
+          return;
+        }
+        const agentId = random.pick(partner.agents);
+        const enabled = random.next() < 0.4;
         const record: Sent = { agentId, enabled, requestId: randomUUID(), sentAt: Date.now() };
         sent.push(record);
         try {
@@ -374,6 +383,39 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
           record.body = (await response.json()) as Record<string, unknown>;
           record.answeredAt = Date.now();
         } catch {
+          // The replica died under the request: its outcome is unknown.
+        }
+      }
+
+      /**
+       * A bulk change of 2 to 6 of the partner's agents (docs/interfaces.md §16): each change is
+       * recorded as its own request (its item's status and body), under the batch's request id.
+       * A batch answered as a whole (a 4xx or 5xx) changed nothing, so each item carries that status.
+       */
+      async function sendBatch(partner: (typeof partners)[number], baseUrl: string): Promise<void> {
+        const agentIds = [...new Set(Array.from({ length: random.int(2, 6) }, () => random.pick(partner.agents)))];
+        const requestId = randomUUID();
+        batches += 1;
+        const records: Sent[] = agentIds.map((agentId) => ({ agentId, enabled: random.next() < 0.4, requestId, sentAt: Date.now() }));
+        sent.push(...records);
+        try {
+          const response = await postBatch(
+            baseUrl,
+            partner.key,
+            { changes: records.map(({ agentId, enabled }) => ({ agentId, enabled })) },
+            { 'x-request-id': requestId },
+            AbortSignal.timeout(10_000),
+          );
+          const body = (await response.json()) as { results?: Array<{ agentId: string; status: number; body: Record<string, unknown> }> };
+          const answeredAt = Date.now();
+          for (const [at, record] of records.entries()) {
+            const item = response.status === 200 ? body.results?.[at] : undefined;
+            if (response.status === 200 && item?.agentId !== record.agentId)
+              throw new Error(`batch ${requestId}: result ${at} is not its change's`);
+            Object.assign(record, item ? { status: item.status, body: item.body } : { status: response.status, body }, { answeredAt });
+          }
+        } catch (error) {
+          if ((error as Error).message.startsWith('batch ')) throw error;
           // The replica died under the request: its outcome is unknown.
         }
       }
@@ -449,6 +491,28 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
         }
       }
 
+      // The platform keeps creating campaigns for enabled agents (refused, P0001, while an agent is
+      // disabled), so that disables keep finding campaigns to pause, alone and in bulk.
+      const creating = (async () => {
+        while (Date.now() < chaosEnd) {
+          const agentId = random.pick(random.pick(partners).agents);
+          const ids = Array.from({ length: random.int(1, 5) }, () => randomUUID());
+          const created = await db.pool
+            .query('INSERT INTO campaigns (campaign_id, agent_id) SELECT unnest($1::uuid[]), $2', [ids, agentId])
+            .then(
+              () => true,
+              (error: { code?: string }) => {
+                if (error.code !== 'P0001') throw error;
+                return false;
+              },
+            );
+          if (created) {
+            campaignsOf.get(agentId)!.push(...ids);
+            for (const id of ids) agentOfCampaign.set(id, agentId);
+          }
+          await sleep(random.int(20, 100));
+        }
+      })();
       const load = Array.from({ length: 4 }, async () => {
         while (Date.now() < chaosEnd) await send();
       });
@@ -473,7 +537,7 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       // name, not at the test's time-out with none (a cluster run once did, in CI).
       const elapsed = () => `${((Date.now() - startedAt) / 1_000).toFixed(1)} s in`;
       await within(
-        Promise.all([...load, faults]),
+        Promise.all([...load, faults, creating]),
         patience(45_000) + chaosSeconds * 1_000,
         () => `seed ${seed}: faults still under way (${[...underWay.values()].join(', ')}), ${elapsed()}, faults ${faultsDone.join(' ')}`,
       );
@@ -488,7 +552,11 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
         () => `seed ${seed}: a replica did not start again, ${elapsed()}`,
       );
       const healedAt = Date.now();
-      console.log(`chaos: ${sent.length} requests, faults ${faultsDone.join(' ')}`);
+      const statuses = new Map<string, number>();
+      for (const { status } of sent) statuses.set(String(status ?? 'none'), (statuses.get(String(status ?? 'none')) ?? 0) + 1);
+      console.log(
+        `chaos: ${sent.length} changes (${batches} bulk requests among them; ${[...statuses].map(([status, n]) => `${n}× ${status}`).join(', ')}), faults ${faultsDone.join(' ')}`,
+      );
 
       const agents = partners.flatMap((p) => p.agents);
       const latestChange = async () =>
@@ -558,42 +626,52 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
         'SELECT change_id::bigint AS change_id, agent_id, enabled, request_id FROM agent_status_changes WHERE agent_id = ANY($1) ORDER BY change_id',
         [agents],
       );
-      const answered = new Map(sent.filter((s) => s.answeredAt !== undefined).map((s) => [s.requestId, s]));
+      // A request's answer for one agent: a batch's request id is each of its changes'.
+      const answerKey = (requestId: string, agentId: string) => `${requestId}/${agentId}`;
+      const answered = new Map(sent.filter((s) => s.answeredAt !== undefined).map((s) => [answerKey(s.requestId, s.agentId), s]));
       const violations: string[] = [];
       /** Each key's first send: its campaigns and the status it was answered with. */
       const firstSends = new Map<string, { campaigns: string; status: number | undefined }>();
       const reusedKeys: string[] = [];
       let firstSendsAfterEnable = 0;
+      let sharedCalls = 0;
       for (const call of sim.requests()) {
         const first = firstSends.get(call.idempotencyKey);
         if (!first) firstSends.set(call.idempotencyKey, { campaigns: call.campaignIds.join(), status: call.status });
         // Strict keys: a key comes back only with the campaigns of its first send, whole.
         if (call.keyReused || (first && first.campaigns !== call.campaignIds.join())) reusedKeys.push(call.idempotencyKey);
         const at = Date.parse(call.at);
-        const agentId = agentOfCampaign.get(call.campaignIds[0]!);
-        if (!agentId) continue;
-        const ofAgent = changes.filter((c) => c.agent_id === agentId);
-        // The latest enable whose 200 reached its client more than 250 ms before the call arrived: the
-        // margin covers the loopback hops and a loaded machine's event-loop delay between a claim
-        // check and its call; a batch that waited for a slot behind a slow call (300 ms here) exceeds it.
-        const enable = ofAgent
-          .filter((c) => c.enabled && answered.get(c.request_id)?.status === 200 && answered.get(c.request_id)!.answeredAt! + 250 < at)
-          .at(-1);
-        if (!enable) continue;
-        const laterDisable = ofAgent.some((c) => !c.enabled && Number(c.change_id) > Number(enable.change_id));
-        if (laterDisable) continue;
-        // A call sent again with the key of an earlier one completes that call (its answer never
-        // came): not a new pause call, and an enable does not stop it; unless its first send was
-        // answered with a failure (it paused nothing: nothing to complete).
-        if (!first) {
-          firstSendsAfterEnable += 1;
-          violations.push(`${agentId}: first send at ${call.at} after enable ${enable.request_id}`);
-        } else if (first.status !== undefined && first.status !== 200) {
-          violations.push(`${agentId}: a call answered ${first.status} sent again at ${call.at} after enable ${enable.request_id}`);
+        // A batch's shared call carries several agents' campaigns: each agent is held to the rule.
+        const agentsOfCall = new Set(call.campaignIds.map((id) => agentOfCampaign.get(id)));
+        if (agentsOfCall.size > 1) sharedCalls += 1;
+        for (const agentId of agentsOfCall) {
+          if (!agentId) continue;
+          const ofAgent = changes.filter((c) => c.agent_id === agentId);
+          // The latest enable whose 200 reached its client more than 250 ms before the call arrived: the
+          // margin covers the loopback hops and a loaded machine's event-loop delay between a claim
+          // check and its call; a batch that waited for a slot behind a slow call (300 ms here) exceeds it.
+          const enable = ofAgent
+            .filter((c) => {
+              const answer = answered.get(answerKey(c.request_id, c.agent_id));
+              return c.enabled && answer?.status === 200 && answer.answeredAt! + 250 < at;
+            })
+            .at(-1);
+          if (!enable) continue;
+          const laterDisable = ofAgent.some((c) => !c.enabled && Number(c.change_id) > Number(enable.change_id));
+          if (laterDisable) continue;
+          // A call sent again with the key of an earlier one completes that call (its answer never
+          // came): not a new pause call, and an enable does not stop it; unless its first send was
+          // answered with a failure (it paused nothing: nothing to complete).
+          if (!first) {
+            firstSendsAfterEnable += 1;
+            violations.push(`${agentId}: first send at ${call.at} after enable ${enable.request_id}`);
+          } else if (first.status !== undefined && first.status !== 200) {
+            violations.push(`${agentId}: a call answered ${first.status} sent again at ${call.at} after enable ${enable.request_id}`);
+          }
         }
       }
       console.log(
-        `chaos: ${firstSends.size} keys, ${reusedKeys.length} reused with other campaigns, ${firstSendsAfterEnable} first sends after an enable`,
+        `chaos: ${firstSends.size} keys (${sharedCalls} calls carried several agents), ${reusedKeys.length} reused with other campaigns, ${firstSendsAfterEnable} first sends after an enable`,
       );
       expect(reusedKeys, `seed ${seed}`).toEqual([]);
       expect(sim.keysReused(), `seed ${seed}`).toBe(0);
@@ -601,10 +679,13 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
 
       // One change row per request that reached its statement; none for one that did not.
       const rowsPerRequest = new Map<string, number>();
-      for (const change of changes) rowsPerRequest.set(change.request_id, (rowsPerRequest.get(change.request_id) ?? 0) + 1);
+      for (const change of changes) {
+        const key = answerKey(change.request_id, change.agent_id);
+        rowsPerRequest.set(key, (rowsPerRequest.get(key) ?? 0) + 1);
+      }
       const wrongCounts: string[] = [];
       for (const request of sent) {
-        const rows = rowsPerRequest.get(request.requestId) ?? 0;
+        const rows = rowsPerRequest.get(answerKey(request.requestId, request.agentId)) ?? 0;
         const reached =
           request.status === 200 ||
           request.status === 409 ||

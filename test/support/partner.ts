@@ -71,10 +71,11 @@ export function postStatus(
 export const batchPath = '/partner/agents/status/batch';
 
 /** A partner's bulk status change over HTTP, to a running service at `baseUrl`; `body` is sent as it is when a string. */
-export function postBatch(baseUrl: string, apiKey: string, body: unknown, headers: Record<string, string> = {}) {
+export function postBatch(baseUrl: string, apiKey: string, body: unknown, headers: Record<string, string> = {}, signal?: AbortSignal) {
   return fetch(`${baseUrl}${batchPath}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'x-api-key': apiKey, ...headers },
     body: typeof body === 'string' ? body : JSON.stringify(body),
+    signal,
   });
 }
