@@ -171,8 +171,8 @@ export function createAgentBatchStatements(
           ), lockable AS (
             -- Here and in moved, the campaigns by primary key, their ids as an array computed
             -- first: given the ids themselves (or a join), the planner may read or hash the whole
-            -- table for a few hundred of them (seen with 20,000 campaigns: the statement took 25 ms
-            -- a batch of 40 runs, 13 ms once moved went by key, 9 ms of it in this scan).
+            -- table for a few hundred of them (seen with 20,000 campaigns in the bench: a hash of
+            -- the whole table in moved, a full read here).
             SELECT c.campaign_id FROM campaigns c
             WHERE c.campaign_id = ANY(ARRAY(SELECT campaign_id FROM part)) AND NOT c.paused
             FOR NO KEY UPDATE SKIP LOCKED
