@@ -16,7 +16,7 @@ import type { PausePorts, RunStores } from './disable-run.js';
 import { DisableRunner, maxBatchSize } from './disable-runs.js';
 import { createAgentStatusUseCase } from './set-agent-status.js';
 import { createBulkStatusUseCase } from './set-agents-status.js';
-import { SharedCalls } from './shared-calls.js';
+import { batchCallsInFlight, SharedCalls } from './shared-calls.js';
 import { SpendScheduler } from './spend-scheduler.js';
 
 /** How the protocol runs: from the configuration (protocolSettings), or set by a test. */
@@ -160,11 +160,7 @@ export function createDisableProtocol(deps: ProtocolDeps) {
         clock: runner.clock,
         claimCheckMaxAgeMs: workerSettings.claimCheckMaxAgeMs,
         lingerMs: bulkSettings.callLingerMs,
-        // Every slot while no other network changes anything here; a fifth while one does.
-        callsInFlight: () =>
-          activeNetworks.othersThan(networkId)
-            ? Math.max(1, Math.floor(settings.pipeline.spendManagementMaxConcurrency / 5))
-            : settings.pipeline.spendManagementMaxConcurrency,
+        callsInFlight: () => batchCallsInFlight(settings.pipeline.spendManagementMaxConcurrency, activeNetworks.othersThan(networkId)),
       },
       // One lane of the network's turns for the whole batch: its calls take the network's share.
       { networkId, agentId: `batch:${randomUUID()}`, background: false },

@@ -26,11 +26,11 @@ export interface SharedCallPorts {
   /** The oldest claim-check answer a call may start on (as for a run's own calls). */
   claimCheckMaxAgeMs: number;
   /**
-   * The change's calls in slots at once, asked before each call: all the replica's slots
-   * (SPEND_MANAGEMENT_MAX_CONCURRENCY) while no other network has a change under way in the replica,
-   * a fifth (at least 1) while one has. What slows another network's disable beside a batch is the
-   * batch's statements and marks keeping PostgreSQL and the machine busy, not the slots; the share
-   * paces them. Alternated `npm run bench -- --only=bulk` runs on one machine (2026-11-29), another
+   * The change's calls in slots at once, asked before each call (batchCallsInFlight): all the
+   * replica's slots but a fifth while no other network has a change under way in the replica, a
+   * fifth while one has. What slows another network's disable beside a batch is mostly the batch's
+   * statements and marks keeping PostgreSQL and the machine busy, not the slots; the share paces
+   * them. Alternated `npm run bench -- --only=bulk` runs on one machine (2026-11-29), another
    * network's disable beside a batch of 1,000 against its time alone: a half 1.88-2.44x; a third
    * 1.32-2.88x (7 of 11 runs over 1.5x); a fifth 1.00-1.93x (9 of 10 within 1.5x); an eighth
    * 1.02-1.36x. The batch against single calls: 4.7-5.3x with a third, 4.5-5.2x with a fifth (the
@@ -42,6 +42,22 @@ export interface SharedCallPorts {
    * agents of the change are still on their way (they are usually a few milliseconds behind).
    */
   lingerMs: number;
+}
+
+/**
+ * How many calls a bulk change may have in slots at once, of the replica's `capacity`: a fifth (at
+ * least 1) while another network has a change under way in the replica; otherwise all but that
+ * fifth. The share is asked before each call, but calls already in flight keep their slots until
+ * they answer: had the batch taken every slot, another network's first call would wait for one of
+ * them (a spend-management round trip, more on a loaded machine). Timed per statement in
+ * `--only=bulk` runs (2026-11-29), another network's disable waited 22 and 49 ms for a slot in 2
+ * of its 5 samples of a run with every slot taken, and 0.1-0.3 ms in all 20 samples of four runs
+ * with the fifth kept free. A replica of one slot has nothing to keep: its batch takes that slot,
+ * and the other network waits.
+ */
+export function batchCallsInFlight(capacity: number, othersUnderWay: boolean): number {
+  const fifth = Math.max(1, Math.floor(capacity / 5));
+  return othersUnderWay ? fifth : Math.max(1, capacity - fifth);
 }
 
 /** One run's batch, offered to a shared call. */

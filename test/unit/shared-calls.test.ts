@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it, vi } from 'vitest';
 import { ClaimCheck } from '../../src/agents/claim-check.js';
-import { type PartOutcome, SharedCalls } from '../../src/agents/shared-calls.js';
+import { batchCallsInFlight, type PartOutcome, SharedCalls } from '../../src/agents/shared-calls.js';
 import { systemClock } from '../../src/clock.js';
 import type { SharedPart } from '../../src/stores/disable-queue.js';
 import { patience } from '../support/wait.js';
@@ -137,5 +137,14 @@ describe('shared calls of a bulk change', () => {
     for (const answer of answers.slice(1)) answer();
     await outcomes;
     expect(h.calls.map((call) => call.ids.length)).toEqual([100, 100, 100, 100, 100]);
+  });
+
+  it('keeps a fifth of the slots free for other networks, and takes only that fifth while one changes something', () => {
+    // The default capacity: 13 alone, 3 beside another network.
+    expect([batchCallsInFlight(16, false), batchCallsInFlight(16, true)]).toEqual([13, 3]);
+    expect([batchCallsInFlight(100, false), batchCallsInFlight(100, true)]).toEqual([80, 20]);
+    // Under five slots the fifth is still one; with one slot there is nothing to keep.
+    expect([batchCallsInFlight(4, false), batchCallsInFlight(4, true)]).toEqual([3, 1]);
+    expect([batchCallsInFlight(1, false), batchCallsInFlight(1, true)]).toEqual([1, 1]);
   });
 });
