@@ -136,10 +136,13 @@ export async function bulkPhase(ctx: BenchContext): Promise<void> {
     console.log(`  bulk: 1,000 single disables ${Math.round(singleDisablesMs)} ms, ${singleDisableCalls} calls`);
     const otherAloneMs = await medianDisableMs(service, b.key, others.slice(1, 1 + otherSamples));
     callsSince();
-    const batchRun = batch(service, a.key, batchAgents, false);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    const otherBesideBatchMs = await medianDisableMs(service, b.key, others.slice(1 + otherSamples));
-    const batchDisablesMs = await batchRun;
+    // Awaited together: a batch that fails while the other network's disables are timed fails the
+    // phase (whose finally stops the service), never the bench process as an unhandled rejection
+    // that would leave its services running.
+    const [batchDisablesMs, otherBesideBatchMs] = await Promise.all([
+      batch(service, a.key, batchAgents, false),
+      new Promise((resolve) => setTimeout(resolve, 100)).then(() => medianDisableMs(service, b.key, others.slice(1 + otherSamples))),
+    ]);
     const batchDisableCalls = callsSince() - otherSamples; // B's own calls
     const left = await activeUnpaused(ctx, [...singleAgents, ...batchAgents, ...others]);
     if (left !== 0) throw new Error(`${left} campaigns left unpaused`);
