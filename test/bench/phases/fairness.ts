@@ -36,10 +36,12 @@ export async function fairness(ctx: BenchContext, service: Service): Promise<voi
     // The first slow disable of a process pays for connections and code not warm yet.
     await disable(service, b.key, bWarmUp!, campaigns);
     const aloneMs = await disable(service, b.key, bAlone!, campaigns);
-    const load = aAgents.map((agentId) => disable(service, a.key, agentId, loadCampaigns));
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    const besideLoadMs = await disable(service, b.key, bBeside!, campaigns);
-    await Promise.all(load);
+    // A's disables start at once, B's 300 ms later; all awaited together, so one that fails fails
+    // the phase instead of crashing the bench as an unhandled rejection (see bulk.ts).
+    const [besideLoadMs] = await Promise.all([
+      new Promise((resolve) => setTimeout(resolve, 300)).then(() => disable(service, b.key, bBeside!, campaigns)),
+      ...aAgents.map((agentId) => disable(service, a.key, agentId, loadCampaigns)),
+    ]);
     const left = await activeUnpaused(ctx, [bWarmUp!, bAlone!, bBeside!, ...aAgents]);
     if (left !== 0) throw new Error(`${left} campaigns left unpaused`);
     ctx.results.fairness = { aloneMs, besideLoadMs, spendDelayMs, campaigns, loadAgents, loadCampaigns };
