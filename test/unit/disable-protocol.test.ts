@@ -12,6 +12,7 @@ import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { fakeClock } from '../support/clock.js';
 import { inMemoryStores } from '../support/in-memory-stores.js';
+import { patience } from '../support/wait.js';
 
 const networkId = '6f1c2b9e-5d4a-4e8f-9a7b-1c2d3e4f5a6b';
 
@@ -70,7 +71,13 @@ function protocol(options: { slots?: number; delayMs?: number; clock?: Clock; fe
     log: createLogger('silent'),
     clock,
   });
-  const command = (agentId: string, enabled: boolean, deadlineMs = 5_000): SetAgentStatusCommand & { respondAsync?: undefined } => ({
+  // The default deadline is no test's subject: it stretches with the load, as the suite's waits do
+  // (beside a second suite a repeat once waited 5 s for the run it joined).
+  const command = (
+    agentId: string,
+    enabled: boolean,
+    deadlineMs = patience(5_000),
+  ): SetAgentStatusCommand & { respondAsync?: undefined } => ({
     networkId,
     agentId,
     enabled,
