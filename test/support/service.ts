@@ -8,7 +8,6 @@ import type { SpendSimulator } from '../../src/spend-simulator/simulator.js';
 import { type PartnerKeyRecord, testEnvironment } from './environment.js';
 import { attachResponseValidator } from './openapi-validator.js';
 import { injectStatus } from './partner.js';
-import { patience } from './wait.js';
 
 /** Captures every log line the service writes, as text and parsed. */
 export function logCapture() {
@@ -45,12 +44,7 @@ export async function startTestService(options: TestServiceOptions) {
     DATABASE_POOL_SIZE: '5',
     // Short enough for the fault tests, long enough for a loaded 2-core CI machine.
     SPEND_MANAGEMENT_TIMEOUT_MS: '1000',
-    // Redis shares the machine's two cores with the suites, PostgreSQL and the services: beside a
-    // second suite on a slow machine (2026-11-29) it did not answer within 1 s now and then, and
-    // tests that are not about Redis saw a 500 or a rate-limit store error (four different tests in
-    // two runs). So the bound grows with the load, as every wait of the suite does (patience); the
-    // tests of Redis faults set their own.
-    REDIS_COMMAND_TIMEOUT_MS: String(patience(1_000)),
+    REDIS_COMMAND_TIMEOUT_MS: '1000',
     ...options.env,
   });
   const service = await createService(config, {
