@@ -2,10 +2,14 @@
 // (DISABLES_IN_FLIGHT_PER_NETWORK high enough for 1,000 disables at once, the spend-management
 // simulator answering in 25 ms):
 // - 1,000 disables of agents with 10 campaigns each, as 1,000 single calls on 32 connections, then
-//   as one batch: the time each took and the spend-management calls each made;
+//   as one batch alone: the time each took and the spend-management calls each made;
 // - 1,000 enables, single calls on 32 connections against one batch: changes a second;
-// - another network's single disable (10 campaigns) alone, then beside the batch of 1,000 disables:
-//   the median of 5 one after another each time (one disable is one sample of a noisy machine).
+// - another network's single disable (10 campaigns) alone, then beside a second batch of 1,000
+//   disables: the median of 5 one after another each time (one disable is one sample of a noisy
+//   machine). The batch that is compared with the single calls runs alone, as they did: beside
+//   another network's changes a batch gives up most of its spend-management slots (a fifth kept,
+//   src/agents/shared-calls.ts), and that yielding is what the other network's figure measures, so
+//   the second batch's own time is printed beside it, not judged against the single calls.
 import type { BenchContext, Service } from '../context.js';
 import { activeUnpaused, resetSimulator, seedAgents, startService, stop } from '../context.js';
 
@@ -27,6 +31,9 @@ export interface BulkFigures {
   /** Medians of `otherSamples` disables, one after another. */
   otherAloneMs: number;
   otherBesideBatchMs: number;
+  /** The second batch, beside the other network's disables: its time and calls (not judged; absent from runs before 2026-11-29 evening). */
+  batchBesideOtherMs?: number;
+  batchBesideOtherCalls?: number;
 }
 
 /** Another network's disables alone, and again beside the batch (the median of each). */
@@ -106,7 +113,8 @@ async function medianDisableMs(service: Service, key: string, agentIds: readonly
 
 export async function bulkPhase(ctx: BenchContext): Promise<void> {
   const [a, b] = [ctx.disablers[3]!, ctx.disablers[4]!];
-  const [singleAgents, batchAgents] = [
+  const [singleAgents, batchAgents, besideAgents] = [
+    await seedAgents(ctx, [a], agents, campaignsPerAgent),
     await seedAgents(ctx, [a], agents, campaignsPerAgent),
     await seedAgents(ctx, [a], agents, campaignsPerAgent),
   ];
@@ -134,17 +142,19 @@ export async function bulkPhase(ctx: BenchContext): Promise<void> {
     const singleDisablesMs = await singles(service, a.key, singleAgents, false);
     const singleDisableCalls = callsSince();
     console.log(`  bulk: 1,000 single disables ${Math.round(singleDisablesMs)} ms, ${singleDisableCalls} calls`);
+    const batchDisablesMs = await batch(service, a.key, batchAgents, false);
+    const batchDisableCalls = callsSince();
     const otherAloneMs = await medianDisableMs(service, b.key, others.slice(1, 1 + otherSamples));
     callsSince();
     // Awaited together: a batch that fails while the other network's disables are timed fails the
     // phase (whose finally stops the service), never the bench process as an unhandled rejection
     // that would leave its services running.
-    const [batchDisablesMs, otherBesideBatchMs] = await Promise.all([
-      batch(service, a.key, batchAgents, false),
+    const [batchBesideOtherMs, otherBesideBatchMs] = await Promise.all([
+      batch(service, a.key, besideAgents, false),
       new Promise((resolve) => setTimeout(resolve, 100)).then(() => medianDisableMs(service, b.key, others.slice(1 + otherSamples))),
     ]);
-    const batchDisableCalls = callsSince() - otherSamples; // B's own calls
-    const left = await activeUnpaused(ctx, [...singleAgents, ...batchAgents, ...others]);
+    const batchBesideOtherCalls = callsSince() - otherSamples; // B's own calls
+    const left = await activeUnpaused(ctx, [...singleAgents, ...batchAgents, ...besideAgents, ...others]);
     if (left !== 0) throw new Error(`${left} campaigns left unpaused`);
 
     ctx.simulator.simulator.setMode('ok');
@@ -162,10 +172,12 @@ export async function bulkPhase(ctx: BenchContext): Promise<void> {
       batchEnablesPerSecond: Math.round((agents / batchEnablesMs) * 1000),
       otherAloneMs,
       otherBesideBatchMs,
+      batchBesideOtherMs: Math.round(batchBesideOtherMs),
+      batchBesideOtherCalls,
     };
     ctx.results.bulk = figures;
     console.log(
-      `  bulk: 1,000 disables as single calls ${figures.singleDisablesMs} ms (${singleDisableCalls} calls), as one batch ${figures.batchDisablesMs} ms (${batchDisableCalls} calls, ${(figures.singleDisablesMs / figures.batchDisablesMs).toFixed(1)}x); enables ${figures.singleEnablesPerSecond}/s single, ${figures.batchEnablesPerSecond}/s in one batch (${(figures.batchEnablesPerSecond / figures.singleEnablesPerSecond).toFixed(1)}x); another network's disable alone ${otherAloneMs} ms, beside the batch ${otherBesideBatchMs} ms (${(otherBesideBatchMs / otherAloneMs).toFixed(2)}x)`,
+      `  bulk: 1,000 disables as single calls ${figures.singleDisablesMs} ms (${singleDisableCalls} calls), as one batch ${figures.batchDisablesMs} ms (${batchDisableCalls} calls, ${(figures.singleDisablesMs / figures.batchDisablesMs).toFixed(1)}x); enables ${figures.singleEnablesPerSecond}/s single, ${figures.batchEnablesPerSecond}/s in one batch (${(figures.batchEnablesPerSecond / figures.singleEnablesPerSecond).toFixed(1)}x); another network's disable alone ${otherAloneMs} ms, beside the second batch ${otherBesideBatchMs} ms (${(otherBesideBatchMs / otherAloneMs).toFixed(2)}x; that batch ${figures.batchBesideOtherMs} ms, ${batchBesideOtherCalls} calls)`,
     );
   } finally {
     ctx.simulator.simulator.setMode('ok');
