@@ -2,7 +2,9 @@
 // (DISABLES_IN_FLIGHT_PER_NETWORK high enough for 1,000 disables at once, the spend-management
 // simulator answering in 25 ms):
 // - 1,000 disables of agents with 10 campaigns each, as 1,000 single calls on 32 connections, then
-//   as one batch alone: the time each took and the spend-management calls each made;
+//   1,000 others as one batch alone: the time each took and the spend-management calls each made,
+//   three rounds of the two (the medians are compared: one batch of half a second is one sample of
+//   a noisy machine, as one run of single calls is);
 // - 1,000 enables, single calls on 32 connections against one batch: changes a second;
 // - another network's single disable (10 campaigns) alone, then beside a second batch of 1,000
 //   disables: the median of 5 one after another each time (one disable is one sample of a noisy
@@ -17,15 +19,22 @@ const agents = 1_000;
 const campaignsPerAgent = 10;
 const spendDelayMs = 25;
 const connections = 32;
+/** Rounds of 1,000 single disables and a batch of 1,000 others, one after the other. */
+const rounds = 3;
 
 export interface BulkFigures {
   agents: number;
   campaignsPerAgent: number;
   spendDelayMs: number;
+  /** Medians of `rounds` rounds (each round's figure in `roundsMs`). */
   singleDisablesMs: number;
+  /** The most any round's single calls made. */
   singleDisableCalls: number;
   batchDisablesMs: number;
+  /** The most any round's batch made. */
   batchDisableCalls: number;
+  /** Each round's single calls and batch (absent from runs before 2026-11-29 evening). */
+  roundsMs?: Array<{ singles: number; batch: number }>;
   singleEnablesPerSecond: number;
   batchEnablesPerSecond: number;
   /** Medians of `otherSamples` disables, one after another. */
@@ -113,11 +122,14 @@ async function medianDisableMs(service: Service, key: string, agentIds: readonly
 
 export async function bulkPhase(ctx: BenchContext): Promise<void> {
   const [a, b] = [ctx.disablers[3]!, ctx.disablers[4]!];
-  const [singleAgents, batchAgents, besideAgents] = [
-    await seedAgents(ctx, [a], agents, campaignsPerAgent),
-    await seedAgents(ctx, [a], agents, campaignsPerAgent),
-    await seedAgents(ctx, [a], agents, campaignsPerAgent),
-  ];
+  const singleRounds: string[][] = [];
+  const batchRounds: string[][] = [];
+  for (let round = 0; round < rounds; round += 1) {
+    singleRounds.push(await seedAgents(ctx, [a], agents, campaignsPerAgent));
+    batchRounds.push(await seedAgents(ctx, [a], agents, campaignsPerAgent));
+  }
+  const besideAgents = await seedAgents(ctx, [a], agents, campaignsPerAgent);
+  const [singleAgents, batchAgents] = [singleRounds[0]!, batchRounds[0]!];
   const others = await seedAgents(ctx, [b], 1 + 2 * otherSamples, campaignsPerAgent);
   // A deadline long enough for the single calls' slowest and the whole batch on a loaded machine:
   // the phase measures how long the work takes, not where a deadline cuts it.
@@ -139,11 +151,19 @@ export async function bulkPhase(ctx: BenchContext): Promise<void> {
       calls = now;
       return made;
     };
-    const singleDisablesMs = await singles(service, a.key, singleAgents, false);
-    const singleDisableCalls = callsSince();
-    console.log(`  bulk: 1,000 single disables ${Math.round(singleDisablesMs)} ms, ${singleDisableCalls} calls`);
-    const batchDisablesMs = await batch(service, a.key, batchAgents, false);
-    const batchDisableCalls = callsSince();
+    const roundsMs: Array<{ singles: number; batch: number }> = [];
+    let [singleDisableCalls, batchDisableCalls] = [0, 0];
+    for (let round = 0; round < rounds; round += 1) {
+      const singlesMs = Math.round(await singles(service, a.key, singleRounds[round]!, false));
+      singleDisableCalls = Math.max(singleDisableCalls, callsSince());
+      const batchMs = Math.round(await batch(service, a.key, batchRounds[round]!, false));
+      batchDisableCalls = Math.max(batchDisableCalls, callsSince());
+      roundsMs.push({ singles: singlesMs, batch: batchMs });
+      console.log(`  bulk, round ${round + 1}: 1,000 single disables ${singlesMs} ms, 1,000 others in one batch ${batchMs} ms`);
+    }
+    const median = (values: number[]) => values.sort((x, y) => x - y)[Math.floor(values.length / 2)]!;
+    const singleDisablesMs = median(roundsMs.map((one) => one.singles));
+    const batchDisablesMs = median(roundsMs.map((one) => one.batch));
     const otherAloneMs = await medianDisableMs(service, b.key, others.slice(1, 1 + otherSamples));
     callsSince();
     // Awaited together: a batch that fails while the other network's disables are timed fails the
@@ -154,7 +174,7 @@ export async function bulkPhase(ctx: BenchContext): Promise<void> {
       new Promise((resolve) => setTimeout(resolve, 100)).then(() => medianDisableMs(service, b.key, others.slice(1 + otherSamples))),
     ]);
     const batchBesideOtherCalls = callsSince() - otherSamples; // B's own calls
-    const left = await activeUnpaused(ctx, [...singleAgents, ...batchAgents, ...besideAgents, ...others]);
+    const left = await activeUnpaused(ctx, [...singleRounds.flat(), ...batchRounds.flat(), ...besideAgents, ...others]);
     if (left !== 0) throw new Error(`${left} campaigns left unpaused`);
 
     ctx.simulator.simulator.setMode('ok');
@@ -164,10 +184,11 @@ export async function bulkPhase(ctx: BenchContext): Promise<void> {
       agents,
       campaignsPerAgent,
       spendDelayMs,
-      singleDisablesMs: Math.round(singleDisablesMs),
+      singleDisablesMs,
       singleDisableCalls,
-      batchDisablesMs: Math.round(batchDisablesMs),
+      batchDisablesMs,
       batchDisableCalls,
+      roundsMs,
       singleEnablesPerSecond: Math.round((agents / singleEnablesMs) * 1000),
       batchEnablesPerSecond: Math.round((agents / batchEnablesMs) * 1000),
       otherAloneMs,
