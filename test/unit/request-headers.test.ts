@@ -78,12 +78,6 @@ describe('Expect', () => {
     expect(meetsExpectation('x100-continue')).toBe(false);
   });
 
-  it('keeps a key made only of groups shorter than 16 between `-` (the documented limit of the shape rule)', () => {
-    // docs/interfaces.md §3: such a legacy key is not recognised by its shape; issued keys always are.
-    const given = `pk_live_${base64urlRun(5)}-${base64urlRun(15)}-${base64urlRun(15)}`;
-    expect(requestIdOf(given)).toEqual({ id: given, keyShaped: false });
-  });
-
   it('reads a 16 KiB worst case in under 5 ms', () => {
     expect(slowOnes((input) => meetsExpectation(input))).toEqual([]);
     expect(slowOnes((input) => meetsExpectation(input.replaceAll('a', '100-continu')))).toEqual([]);
