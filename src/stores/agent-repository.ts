@@ -194,7 +194,7 @@ const recordChange = (enabled: boolean, author: ChangeAuthor, claim: ChangeCondi
 
 /**
  * The CTEs `flagged` and `pending` of a disable's statement: agent_approved = false on the agent
- * rows of the CTE `lockable`, and the pending row of each agent of the CTE `serial` (after its change
+ * rows of the CTE `lockable` (found by primary key, never by a join that may read the whole table), and the pending row of each agent of the CTE `serial` (after its change
  * lock) upserted with the claim given, claimed unless another live run holds it (`pending` returns
  * the agents claimed). The claim's token and trace context are expressions: a value, or a column of
  * `serial` in a statement of many agents (src/stores/agent-batches.ts).
@@ -205,7 +205,7 @@ export const flagAndClaim = (
   traceParent: ReturnType<typeof sql.fragment>,
 ) => sql.fragment`flagged AS (
     UPDATE agents a SET agent_approved = false
-    FROM lockable l WHERE a.agent_id = l.agent_id
+    WHERE a.agent_id = ANY(ARRAY(SELECT agent_id FROM lockable))
     RETURNING a.agent_id
   ), pending AS (
     INSERT INTO pending_disables AS p

@@ -316,3 +316,23 @@ describe('without a broker', () => {
     }
   });
 });
+
+describe('the completion of a disable, as the statements that finish it record it', () => {
+  it("returns the id agent_events gives the completion's event, and nothing for an agent without a disable", async () => {
+    const completion = async (agentId: string) =>
+      (await db.pool.query(`SELECT public.record_disable_completion($1, 3, $2, 'unused') AS id`, [agentId, source])).rows[0].id;
+    const agentId = await db.agent(networkId);
+    expect(await completion(agentId)).toBeNull();
+    await db.pool.query(`INSERT INTO agent_status_changes (agent_id, network_id, enabled, partner_name) VALUES ($1, $2, false, 'events')`, [
+      agentId,
+      networkId,
+    ]);
+    const id = await completion(agentId);
+    const { rows } = await db.pool.query(
+      `SELECT event_id, paused_count FROM agent_events WHERE agent_id = $1 AND type = 'agent.disable.completed'`,
+      [agentId],
+    );
+    expect(rows).toEqual([{ event_id: id, paused_count: 3 }]);
+    expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+  });
+});
