@@ -81,6 +81,9 @@ export function createSpendManagementClient(options: SpendManagementOptions): Sp
         'pause_spending_periods',
         async () => {
           const { request, dispatcher } = await connect();
+          // When the call leaves (its key and size, never its campaigns), for whoever must tell a late
+          // send from a late arrival: the chaos test holds each send to the enables answered before it.
+          options.log.debug({ callKey, campaigns: campaignIds.length }, 'spend-management call sent');
           const response = await request(url, {
             dispatcher,
             method: 'POST',

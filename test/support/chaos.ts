@@ -209,7 +209,7 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
   let redis: RedisStage;
   let bouncer: Awaited<ReturnType<typeof startPgBouncer>> | undefined;
   let nats: NatsServer;
-  const started: Array<{ close(): Promise<void> }> = [];
+  const started: Array<{ close(): Promise<void>; sends(into: Map<string, number[]>): void }> = [];
   let environment: Awaited<ReturnType<typeof processEnvironment>>;
   const partners: Partner[] = [];
   const campaignsOf = new Map<string, string[]>();
@@ -298,8 +298,11 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
     const viaProxy = new URL(bouncer?.url ?? databaseUrl());
     viaProxy.port = String(pgProxy.port);
     const pooled: Record<string, string> = bouncer ? { DATABASE_POOLER: 'transaction' } : {};
-    const env = { ...environment.env, DATABASE_URL: viaProxy.toString(), ...pooled, ...redisOfReplica.env };
+    // At debug level the service logs each spend-management call as it leaves (the judge of late sends below).
+    const env = { ...environment.env, DATABASE_URL: viaProxy.toString(), ...pooled, ...redisOfReplica.env, LOG_LEVEL: 'debug' };
     let process: Awaited<ReturnType<typeof startServiceProcess>> | undefined = await startServiceProcess(env);
+    /** The log lines of every process this replica has run, the killed ones included. */
+    const outputs = [process.output];
     let restarting: Promise<void> | undefined;
     const handle = {
       index,
@@ -307,6 +310,14 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       redis: redisOfReplica,
       get baseUrl() {
         return process?.baseUrl;
+      },
+      /** When each call left (wall-clock ms, by idempotency key, in order), as far as the processes wrote it. */
+      sends(into: Map<string, number[]>): void {
+        for (const line of outputs.flat()) {
+          if (!line.includes('"spend-management call sent"')) continue;
+          const record = JSON.parse(line) as { callKey: string; time: string };
+          into.set(record.callKey, [...(into.get(record.callKey) ?? []), Date.parse(record.time)]);
+        }
       },
       async kill(signal: 'SIGKILL' | 'SIGTERM') {
         const current = process;
@@ -320,6 +331,7 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
         restarting ??= startServiceProcess(env).then(
           (again) => {
             process = again;
+            outputs.push(again.output);
             restarting = undefined;
           },
           () => {
@@ -632,6 +644,15 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
       const answerKey = (requestId: string, agentId: string) => `${requestId}/${agentId}`;
       const answered = new Map(sent.filter((s) => s.answeredAt !== undefined).map((s) => [answerKey(s.requestId, s.agentId), s]));
       const violations: string[] = [];
+      // When each call left the service, by key: a send is judged by that instant where every send of
+      // its key was logged (a SIGKILL can lose the last quarter second of lines), else by its arrival.
+      const logged = new Map<string, number[]>();
+      for (const replica of started) replica.sends(logged);
+      for (const times of logged.values()) times.sort((x, y) => x - y);
+      const arrivals = new Map<string, number>();
+      for (const call of sim.requests()) arrivals.set(call.idempotencyKey, (arrivals.get(call.idempotencyKey) ?? 0) + 1);
+      const arrivalsSeen = new Map<string, number>();
+      let judgedBySend = 0;
       /** Each key's first send: its campaigns and the status it was answered with. */
       const firstSends = new Map<string, { campaigns: string; status: number | undefined }>();
       const reusedKeys: string[] = [];
@@ -643,19 +664,29 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
         // Strict keys: a key comes back only with the campaigns of its first send, whole.
         if (call.keyReused || (first && first.campaigns !== call.campaignIds.join())) reusedKeys.push(call.idempotencyKey);
         const at = Date.parse(call.at);
+        const nth = arrivalsSeen.get(call.idempotencyKey) ?? 0;
+        arrivalsSeen.set(call.idempotencyKey, nth + 1);
+        const sends = logged.get(call.idempotencyKey);
+        const leftAt = sends?.length === arrivals.get(call.idempotencyKey) ? sends![nth] : undefined;
+        if (leftAt !== undefined) judgedBySend += 1;
+        // The enables a send must not follow. By the protocol a call leaves within CLAIM_CHECK_MAX_AGE_MS
+        // of its claim check, and an enable answers only that long after its delete: a send logged after
+        // an enable's 200 reached its client breaks it, to the millisecond. Judged by its arrival, a call
+        // may come 250 ms after the 200: the margin covers the loopback hops and a loaded machine's
+        // event-loop delay between the send and the simulator's handler.
+        const after = (answeredAt: number) => (leftAt !== undefined ? answeredAt < leftAt : answeredAt + 250 < at);
         // A batch's shared call carries several agents' campaigns: each agent is held to the rule.
         const agentsOfCall = new Set(call.campaignIds.map((id) => agentOfCampaign.get(id)));
         if (agentsOfCall.size > 1) sharedCalls += 1;
         for (const agentId of agentsOfCall) {
           if (!agentId) continue;
           const ofAgent = changes.filter((c) => c.agent_id === agentId);
-          // The latest enable whose 200 reached its client more than 250 ms before the call arrived: the
-          // margin covers the loopback hops and a loaded machine's event-loop delay between a claim
-          // check and its call; a batch that waited for a slot behind a slow call (300 ms here) exceeds it.
+          // The latest enable whose 200 reached its client before the call left (or, unlogged, 250 ms
+          // before it arrived).
           const enable = ofAgent
             .filter((c) => {
               const answer = answered.get(answerKey(c.request_id, c.agent_id));
-              return c.enabled && answer?.status === 200 && answer.answeredAt! + 250 < at;
+              return c.enabled && answer?.status === 200 && after(answer.answeredAt!);
             })
             .at(-1);
           if (!enable) continue;
@@ -666,18 +697,22 @@ export function chaosSuite(topology: 'single' | 'cluster', defaultSeconds: numbe
           // answered with a failure (it paused nothing: nothing to complete).
           if (!first) {
             firstSendsAfterEnable += 1;
-            violations.push(`${agentId}: first send at ${call.at} after enable ${enable.request_id}`);
+            violations.push(
+              `${agentId}: first send ${leftAt === undefined ? `arrived at ${call.at}` : `left at ${new Date(leftAt).toISOString()}`} after enable ${enable.request_id}`,
+            );
           } else if (first.status !== undefined && first.status !== 200) {
             violations.push(`${agentId}: a call answered ${first.status} sent again at ${call.at} after enable ${enable.request_id}`);
           }
         }
       }
       console.log(
-        `chaos: ${firstSends.size} keys (${sharedCalls} calls carried several agents), ${reusedKeys.length} reused with other campaigns, ${firstSendsAfterEnable} first sends after an enable`,
+        `chaos: ${firstSends.size} keys (${sharedCalls} calls carried several agents), ${reusedKeys.length} reused with other campaigns, ${firstSendsAfterEnable} first sends after an enable; ${judgedBySend} of ${sim.requests().length} sends judged by when they left`,
       );
       expect(reusedKeys, `seed ${seed}`).toEqual([]);
       expect(sim.keysReused(), `seed ${seed}`).toBe(0);
       expect(violations, `seed ${seed}`).toEqual([]);
+      // The judge by departure is there: the service still logs its calls at debug level.
+      if (sim.requests().length > 0) expect(judgedBySend, `seed ${seed}: spend-management calls logged as they left`).toBeGreaterThan(0);
 
       // One change row per request that reached its statement; none for one that did not.
       const rowsPerRequest = new Map<string, number>();
