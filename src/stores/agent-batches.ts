@@ -200,15 +200,19 @@ export function createAgentBatchStatements(
           ), unfinished AS (
             -- Any other unpaused campaign of the agent (those this statement moved still read as
             -- unpaused in its snapshot). Correlated on the agent, not a parameter, so no generic
-            -- plan guesses for "any agent" (what the single mark's function guards against): each
-            -- run's agent is probed through its unpaused index, or, on a table small beside the
-            -- runs, the table is read once for all of them. A call of unpaused_campaigns_after per
-            -- run cost a fifth of the statement.
-            SELECT b.*, CASE WHEN b.finish THEN EXISTS (
-              SELECT 1 FROM campaigns c
-              WHERE c.agent_id = b.agent_id AND c.active AND NOT c.paused
-                AND c.campaign_id NOT IN (SELECT campaign_id FROM moved)) ELSE true END AS left_over
+            -- plan guesses for "any agent" (what the single mark's function guards against). A
+            -- lateral probe with LIMIT 1 is made run by run, through the agent's unpaused index:
+            -- as an EXISTS, a plan for 100 finishing runs read the whole campaigns table once
+            -- instead (36 ms for 70,000 campaigns in the bench, against 2.5 ms of probes). A call
+            -- of unpaused_campaigns_after per run cost a fifth of the statement.
+            SELECT b.*, (NOT b.finish OR o.found IS NOT NULL) AS left_over
             FROM moved_by b
+            LEFT JOIN LATERAL (
+              SELECT true AS found FROM campaigns c
+              WHERE b.finish AND c.agent_id = b.agent_id AND c.active AND NOT c.paused
+                AND c.campaign_id NOT IN (SELECT campaign_id FROM moved)
+              LIMIT 1
+            ) o ON true
           ), finished AS (
             DELETE FROM pending_disables p USING unfinished u
             WHERE p.agent_id = u.agent_id AND p.claim_token = u.claim_token AND u.finish AND NOT u.left_over

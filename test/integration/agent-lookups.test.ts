@@ -1,10 +1,12 @@
-// The change statements find their agents by primary key, whatever the size of the network. A
-// named prepared statement is planned for its values at first, and PostgreSQL keeps doing so while
-// those plans look cheaper than one for any values. Planned for 100 agents of a network of 20,000,
-// the statement of a batch's disables joined its agents to the ids as rows: three hash joins, each
-// reading the network's whole agents table (found by the benchmark, where recording statements
-// were half again as slow as with the index). This file's database plans every statement for its
-// values, and the agents table's scan counters tell an index read from a sequential one.
+// The change statements find their agents, and the marks their campaigns, by index whatever the
+// size of the network. A named prepared statement is planned for its values at first, and
+// PostgreSQL keeps doing so while those plans look cheaper than one for any values. Planned for 100
+// agents of a network of 20,000, the statement of a batch's disables joined its agents to the ids
+// as rows: three hash joins, each reading the network's whole agents table (found by the
+// benchmark, where recording statements were half again as slow as with the index); planned for
+// 100 finishing runs, the batch mark read the whole campaigns table to learn what each agent had
+// left. This file's database plans every statement for its values, and the tables' scan counters
+// tell an index read from a sequential one.
 import { randomUUID } from 'node:crypto';
 import { type DatabasePool, sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -29,6 +31,7 @@ const networkSize = 20_000;
 const author = { partnerName: 'lookups', requestId: undefined };
 const lease = () => ({ claimToken: randomUUID(), owner: 'lookups-test', leaseMs: 30_000, traceParent: null });
 const agentScans = () => scansOf(pool, 'agents');
+const campaignScans = () => scansOf(pool, 'campaigns');
 
 beforeAll(async () => {
   networkId = await db.network();
@@ -93,6 +96,34 @@ describe('agent lookups in a network of 20,000 agents, statements planned for th
     const scans = await scansDuring(() => agents.disable(networkId, agentId!, author, lease(), 101));
     expect(scans.seq).toBe(0);
     expect(await db.agentApproved(agentId!)).toBe(false);
+  });
+
+  it("marks 100 runs' campaigns in one statement, finishing each, without reading agents or campaigns whole", async () => {
+    const ids = agentIds(1_001, 100);
+    const claims = new Map(ids.map((agentId) => [agentId, randomUUID()]));
+    const recorded = await batches.disableMany(
+      networkId,
+      ids.map((agentId) => ({ agentId, claimToken: claims.get(agentId)!, traceParent: null })),
+      author,
+      { owner: 'lookups-test', leaseMs: 30_000 },
+      101,
+    );
+    const marks = ids.map((agentId) => ({
+      agentId,
+      campaignIds: recorded.get(agentId)!.firstBatch,
+      claim: { claimToken: claims.get(agentId)!, owner: 'lookups-test', leaseMs: 30_000 },
+      finish: true,
+      settledCalls: [],
+    }));
+    expect(marks.every((mark) => mark.campaignIds.length === 3)).toBe(true);
+    const before = await campaignScans();
+    let marked: Awaited<ReturnType<AgentBatchStatements['markPausedMany']>> | undefined;
+    const scans = await scansDuring(async () => {
+      marked = await batches.markPausedMany(marks);
+    });
+    const after = await campaignScans();
+    expect({ agents: scans.seq, campaigns: after.seq_scan - before.seq_scan }).toEqual({ agents: 0, campaigns: 0 });
+    expect([...marked!.values()].filter((one) => one.finished && one.moved === 3)).toHaveLength(100);
   });
 
   it('enables 100 agents in one statement by index', async () => {
