@@ -194,10 +194,11 @@ const recordChange = (enabled: boolean, author: ChangeAuthor, claim: ChangeCondi
 
 /**
  * The CTEs `flagged` and `pending` of a disable's statement: agent_approved = false on the agent
- * rows of the CTE `lockable` (found by primary key, never by a join that may read the whole table), and the pending row of each agent of the CTE `serial` (after its change
- * lock) upserted with the claim given, claimed unless another live run holds it (`pending` returns
- * the agents claimed). The claim's token and trace context are expressions: a value, or a column of
- * `serial` in a statement of many agents (src/stores/agent-batches.ts).
+ * rows of the CTE `lockable` (found by primary key, never by a join that may read the whole table),
+ * and the pending row of each agent of the CTE `serial` (after its change lock) upserted with the
+ * claim given, claimed unless another live run holds it (`pending` returns the agents claimed). The
+ * claim's token and trace context are expressions: a value, or a column of `serial` in a statement
+ * of many agents (src/stores/agent-batches.ts).
  */
 export const flagAndClaim = (
   lease: { leaseMs: number; owner: string },
