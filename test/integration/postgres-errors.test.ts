@@ -83,7 +83,13 @@ describe('classifyPostgresError against the real server', () => {
     const victim = await createPool(databaseUrl(), { driverFactory: createPgDriverFactory(), maxPoolSize: 1, queryRetryLimit: 0 });
     try {
       const pid = await victim.oneFirst(sql.unsafe`SELECT pg_backend_pid() AS pid`);
-      const sleeping = victim.query(sql.unsafe`SELECT pg_sleep(5)`);
+      // The failure is caught as the query is sent: the termination's error and the admin's answer
+      // can come back in the same turn of the event loop, and a handler attached only after the
+      // admin's answer left the rejection unhandled for that turn (vitest failed the run on it).
+      const sleeping = victim.query(sql.unsafe`SELECT pg_sleep(5)`).then(
+        () => new Error('the sleeping query was not terminated'),
+        (error: unknown) => error,
+      );
       // Terminated while the query runs, never before it started (a fixed pause did that on a busy
       // machine: the idle connection's end then surfaced as an unhandled rejection of the pool).
       await waitFor(
@@ -97,7 +103,7 @@ describe('classifyPostgresError against the real server', () => {
         { timeoutMs: 10_000, intervalMs: 20, failure: 'the sleeping query never started' },
       );
       await admin.query('SELECT pg_terminate_backend($1)', [pid]);
-      const terminated = await sleeping.catch((error: unknown) => error);
+      const terminated = await sleeping;
       expect(classifyPostgresError(terminated)).toBe('unavailable');
       expect(failoverReasonOf(terminated)).toEqual({ reason: 'terminated', code: '57P01' });
     } finally {
