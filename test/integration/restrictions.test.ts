@@ -3,6 +3,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { startTestService, type TestService } from '../support/service.js';
+import { waitFor } from '../support/wait.js';
 
 const db = testDatabase();
 const key = newApiKey();
@@ -171,9 +172,17 @@ describe("the side doors are closed, whatever the caller's search_path", () => {
   it('leaves allowed changes alone: pausing, deactivating, and re-activating a paused campaign', async () => {
     const agentId = await db.agent(strict);
     const [a, b] = await db.campaigns(agentId, 2, { active: false, paused: true });
-    await svc.setStatus(key, agentId, false);
-    await plain.query('UPDATE public.campaigns SET active = true WHERE campaign_id = $1', [a]);
-    await plain.query('UPDATE public.campaigns SET active = false WHERE campaign_id = $1', [b]);
+    expect((await svc.setStatus(key, agentId, false)).statusCode).toBe(200);
+    expect((await plain.query('UPDATE public.campaigns SET active = true WHERE campaign_id = $1', [a])).rowCount).toBe(1);
+    expect((await plain.query('UPDATE public.campaigns SET active = false WHERE campaign_id = $1', [b])).rowCount).toBe(1);
+    const { rows } = await plain.query(
+      'SELECT campaign_id, active, paused FROM public.campaigns WHERE campaign_id = ANY($1) ORDER BY campaign_id = $2 DESC',
+      [[a, b], a],
+    );
+    expect(rows.map((row) => [row.active, row.paused])).toEqual([
+      [true, true],
+      [false, true],
+    ]);
   });
 
   it('a campaign inserted while a disable commits is either refused or seen and paused by it', async () => {
@@ -181,10 +190,17 @@ describe("the side doors are closed, whatever the caller's search_path", () => {
     const inserted = randomUUID();
     await plain.query('BEGIN');
     await plain.query('INSERT INTO public.campaigns (campaign_id, agent_id) VALUES ($1, $2)', [inserted, agentId]);
-    // The disable's flag statement waits for the inserting transaction (the trigger holds the agent
-    // row FOR SHARE), so when it runs the campaign is committed and it pauses it.
+    // The inserting transaction holds the agent row FOR SHARE (the restriction trigger). The disable
+    // does not wait for it: it records its change and its pending disable (their foreign keys take
+    // only FOR KEY SHARE), leaves the flag for when the row can be locked, and goes on until it can.
+    // Committed once the disable is recorded (a state, not a pause: on a busy machine a fixed pause
+    // could commit first and leave the race untested); the disable then sees the campaign and pauses it.
     const disabling = svc.setStatus(key, agentId, false);
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await waitFor(async () => (await db.changeCount(agentId)) === 1 && (await db.pendingDisable(agentId)) !== undefined, {
+      timeoutMs: 10_000,
+      intervalMs: 10,
+      failure: 'the disable was never recorded while the insert was open',
+    });
     await plain.query('COMMIT');
     const response = await disabling;
     expect(response.statusCode).toBe(200);
