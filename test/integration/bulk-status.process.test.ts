@@ -310,7 +310,8 @@ describe('SIGKILL in the middle of a batch', () => {
       await first.exited;
       expect(String(await request)).not.toContain('answered');
       sim.setMode('ok');
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      // What the killed process had sent has committed or rolled back before the recorded agents are counted.
+      await db.quiet();
       const recorded = [];
       for (const agentId of agents) if ((await changeRows(agentId)).length > 0) recorded.push(agentId);
       expect(recorded.length).toBeGreaterThan(0);

@@ -136,7 +136,7 @@ describe('SIGKILL in the middle of a long disable', () => {
       expect(await request).toBeInstanceOf(Error); // the connection died with the process
       // A statement the process had sent may still commit on the server after its death (a backend
       // finishes its statement before it notices the closed socket): let the server settle first.
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      await db.quiet();
 
       // At the kill point: paused in the database implies paused everywhere, and the dead
       // process still holds the claim.

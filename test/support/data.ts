@@ -4,6 +4,7 @@ import { expect, vi } from 'vitest';
 import { issueKey } from '../../src/auth/issued-key.js';
 import { databaseUrl } from './database-url.js';
 import { insertAgent, insertCampaigns, insertNetwork } from './platform-rows.js';
+import { patience, waitFor } from './wait.js';
 
 /** A row of pending_disables, as the tests read it. */
 export interface PendingDisableRow {
@@ -98,6 +99,25 @@ export function testDatabase() {
           expect(rowCount, `the pending disable of agent ${agentId}`).toBe(0);
         },
         { timeout, interval },
+      );
+    },
+    /**
+     * Waits (bounded) until no other session of the file's database is inside a statement or a
+     * transaction: what a SIGKILLed process had sent has committed or rolled back by then (its
+     * backend finishes the statement before it notices the closed socket). A state, where a fixed
+     * pause would be too short on a busy machine.
+     */
+    async quiet(timeoutMs = patience(10_000)): Promise<void> {
+      await waitFor(
+        async () => {
+          const { rows } = await pool.query(
+            `SELECT count(*)::int AS n FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+               AND state IN ('active', 'idle in transaction', 'idle in transaction (aborted)')`,
+          );
+          return rows[0].n === 0;
+        },
+        { timeoutMs, intervalMs: 20, failure: 'another session of the database is still in a statement or a transaction' },
       );
     },
     /**
