@@ -19,6 +19,7 @@ import type { BulkFigures } from './phases/bulk.js';
 import type { EventFigures } from './phases/events.js';
 import type { FeedFigures } from './phases/feed.js';
 import type { FloodFigures } from './phases/flood.js';
+import type { OpenApiFloodFigures } from './phases/openapi.js';
 import type { PreferFigures } from './phases/prefer.js';
 import type { StatementCost } from './phases/statements.js';
 import type { WebhookFigures } from './phases/webhooks.js';
@@ -70,6 +71,8 @@ export interface Results {
   /** A partner's enables alone and beside a flood of bad keys (phases/flood.ts). */
   flood?: FloodFigures;
   prefer?: PreferFigures;
+  /** B's status reads alone and beside a flood of OpenAPI documents (phases/openapi.ts). */
+  openApiFlood?: OpenApiFloodFigures;
   /** Named against unnamed statements (phases/statements.ts). */
   statements: StatementCost[];
   /** The relay beside the enable load, publishing to NATS JetStream (phases/events.ts). */

@@ -10,6 +10,7 @@ export const phases = [
   '401',
   'flood',
   'prefer',
+  'openapi',
   '429',
   'disables',
   'cluster',

@@ -204,6 +204,23 @@ export function tableRows(results: Results, plan: Plan): Row[] {
       },
     );
   }
+  if (results.openApiFlood) {
+    const { alone, beside, flood } = results.openApiFlood;
+    const answers = Object.entries(flood.statusCounts)
+      .map(([status, count]) => `${count.toLocaleString('en-US')}× ${status}`)
+      .join(', ');
+    candidates.push(
+      { figure: `status reads at ${partnerRate} req/s, alone (B): p99`, value: alone.p99Ms, unit: 'ms', detail: `p50 ${alone.p50Ms} ms` },
+      {
+        figure: `status reads at ${partnerRate} req/s beside a flood of OpenAPI documents (no key, 32 connections, ${flood.requestsPerSecond} req/s): p99`,
+        value: beside.p99Ms,
+        unit: 'ms',
+        detail: `p50 ${beside.p50Ms} ms; the flood's answers: ${answers}`,
+        floor: { figure: 'alone', value: alone.p99Ms },
+        target: { of: 'ratio', op: '<=', limit: 1.5 },
+      },
+    );
+  }
   for (const cost of results.statements) {
     candidates.push({
       figure: `statement ${cost.operation}, unnamed (DATABASE_POOLER=transaction)`,

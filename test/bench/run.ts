@@ -27,6 +27,7 @@ import { fairness } from './phases/fairness.js';
 import { feedPhase } from './phases/feed.js';
 import { partnerBesideFlood } from './phases/flood.js';
 import { databaseFloors, floor } from './phases/floors.js';
+import { partnerBesideOpenApiFlood } from './phases/openapi.js';
 import { poolerPhase } from './phases/pooler.js';
 import { partnerBesidePreferHeaders } from './phases/prefer.js';
 import { overTheLimit } from './phases/rate-limited.js';
@@ -82,6 +83,7 @@ if (selected('401') || selected('429')) await floor(ctx, 'bare', 'floor: bare Fa
 if (up && selected('401')) await phase(ctx, '401 path', () => unknownKeys(ctx, up));
 if (up && selected('flood')) await phase(ctx, 'a partner beside a flood of bad keys', () => partnerBesideFlood(ctx, up));
 if (up && selected('prefer')) await phase(ctx, 'a partner beside 16 KiB Prefer headers', () => partnerBesidePreferHeaders(ctx, up));
+if (up && selected('openapi')) await phase(ctx, 'a partner beside a flood of OpenAPI documents', () => partnerBesideOpenApiFlood(ctx, up));
 if (selected('429')) await phase(ctx, '429 path', () => overTheLimit(ctx));
 if (up) {
   if (selected('disables')) {
