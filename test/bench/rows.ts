@@ -30,6 +30,12 @@ function processRows(
   ];
 }
 
+/** Answers by status, as `1,142× 200, 1,288× 503`. */
+const statuses = (counts: Record<string, number>) =>
+  Object.entries(counts)
+    .map(([status, count]) => `${count.toLocaleString('en-US')}× ${status}`)
+    .join(', ');
+
 /** The rows of the figures the run took, in the table's order; a phase not run has no row. */
 export function tableRows(results: Results, plan: Plan): Row[] {
   const { loads, disables, concurrent, processes } = results;
@@ -164,10 +170,6 @@ export function tableRows(results: Results, plan: Plan): Row[] {
   if (results.flood) {
     const { alone, sheddingOff, sheddingOn } = results.flood;
     const rate = `${partnerRate} req/s`;
-    const statuses = (counts: Record<string, number>) =>
-      Object.entries(counts)
-        .map(([status, count]) => `${count.toLocaleString('en-US')}× ${status}`)
-        .join(', ');
     candidates.push({ figure: `enable at ${rate}, alone: p99`, value: alone.p99Ms, unit: 'ms', detail: `p50 ${alone.p50Ms} ms` });
     for (const [name, run] of [
       ['unauthenticated never shed', sheddingOff],
@@ -206,16 +208,13 @@ export function tableRows(results: Results, plan: Plan): Row[] {
   }
   if (results.openApiFlood) {
     const { alone, beside, flood } = results.openApiFlood;
-    const answers = Object.entries(flood.statusCounts)
-      .map(([status, count]) => `${count.toLocaleString('en-US')}× ${status}`)
-      .join(', ');
     candidates.push(
       { figure: `status reads at ${partnerRate} req/s, alone (B): p99`, value: alone.p99Ms, unit: 'ms', detail: `p50 ${alone.p50Ms} ms` },
       {
         figure: `status reads at ${partnerRate} req/s beside a flood of OpenAPI documents (no key, 32 connections, ${flood.requestsPerSecond} req/s): p99`,
         value: beside.p99Ms,
         unit: 'ms',
-        detail: `p50 ${beside.p50Ms} ms; the flood's answers: ${answers}`,
+        detail: `p50 ${beside.p50Ms} ms; the flood's answers: ${statuses(flood.statusCounts)}`,
         floor: { figure: 'alone', value: alone.p99Ms },
         target: { of: 'ratio', op: '<=', limit: 1.5 },
       },
