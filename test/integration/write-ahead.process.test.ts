@@ -471,22 +471,39 @@ describe('a call that timed out but paused, then a retry whose call is not sent,
 });
 
 describe('a hung call, repeated across several failed attempts, against a strict spend management', () => {
-  // Its length is not its subject: 13-29 s on a quiet machine (each repeat waits for a lease, a hung
-  // call's time-out and the breaker), once over 60 s beside a second suite.
+  // Its length is not its subject. While the call hangs, the breaker lets one trial call through
+  // each time it half-opens, and which of the calls in doubt (the first, and one more for each run of
+  // the worker) is repeated then is the luck of the draw. Waiting for the first key's third send took
+  // 8-12 s in most runs and 35, 52 and 95 s in three of eight (the last past its wait, in CI on a
+  // quiet machine); with the breaker half-opening after 1 s, still 13-48 s. So the test waits for
+  // the first key sent again and some key sent three times, rather than for the first key's third
+  // send: the property (each key's sends carry one list) is checked on every key either way.
   it('sends every key with one list of campaigns, whole: never 422, and the stores agree once it answers', {
     timeout: patience(120_000),
   }, async () => {
-    const service = await calm({ SPEND_MANAGEMENT_TIMEOUT_MS: '400', WORKER_LEASE_MS: '2000' });
+    const service = await calm({
+      SPEND_MANAGEMENT_TIMEOUT_MS: '400',
+      WORKER_LEASE_MS: '2000',
+      BREAKER_RESET_TIMEOUT_MS: '1000',
+      WORKER_BACKOFF_MAX_MS: '2000',
+    });
     const agentId = await db.agent(networkId);
     const ids = await db.campaigns(agentId, 100);
     sim.setMode('hang');
     expect((await change(service, agentId, false)).status).toBe(500);
     const firstKey = callsAfter(ids, 0)[0]!.idempotencyKey;
     // The record repeats the hung call, the worker runs the disable again under new keys: several of each.
+    const sendsPerKey = () => {
+      const counts = new Map<string, number>();
+      for (const call of callsAfter(ids, 0)) counts.set(call.idempotencyKey, (counts.get(call.idempotencyKey) ?? 0) + 1);
+      return counts;
+    };
     await vi.waitFor(
       () => {
-        expect(callsAfter(ids, 0).filter((r) => r.idempotencyKey === firstKey).length).toBeGreaterThanOrEqual(3);
-        expect(new Set(callsAfter(ids, 0).map((r) => r.idempotencyKey)).size).toBeGreaterThanOrEqual(3);
+        const counts = sendsPerKey();
+        expect(counts.get(firstKey)).toBeGreaterThanOrEqual(2);
+        expect(Math.max(...counts.values())).toBeGreaterThanOrEqual(3);
+        expect(counts.size).toBeGreaterThanOrEqual(3);
       },
       { timeout: patience(60_000), interval: 100 },
     );
@@ -502,7 +519,8 @@ describe('a hung call, repeated across several failed attempts, against a strict
     await workersSettled(service);
     await recordEmpty(agentId);
     const sends = oneCallPerKey(ids);
-    expect(sends.get(firstKey)).toBeGreaterThanOrEqual(3);
+    expect(sends.get(firstKey)).toBeGreaterThanOrEqual(2);
+    expect(Math.max(...sends.values())).toBeGreaterThanOrEqual(3);
     expect(sim.keysReused()).toBe(0);
   });
 });
