@@ -11,7 +11,7 @@ import { newApiKey, testDatabase } from '../support/data.js';
 import { startFloodProcess } from '../support/flood-process.js';
 import { startServiceProcess } from '../support/process.js';
 import { processEnvironment } from '../support/process-environment.js';
-import { waitFor } from '../support/wait.js';
+import { patience, waitFor } from '../support/wait.js';
 
 const db = testDatabase();
 const b = { key: newApiKey(), networkId: '', name: 'network-b' };
@@ -48,11 +48,11 @@ describe('a flood of OpenAPI documents', () => {
     const crawler = await startFloodProcess({ origin: service.baseUrl, path: '/partner/openapi.json', connections: 32, perTick: 2 });
     try {
       crawler.start();
-      await waitFor(() => crawler.served() >= 50, { timeoutMs: 20_000, intervalMs: 10, failure: 'the flood did not start' });
+      await waitFor(() => crawler.served() >= 50, { timeoutMs: patience(20_000), intervalMs: 10, failure: 'the flood did not start' });
       const beside = [];
       for (let i = 0; i < 200; i += 1) beside.push(await read());
       crawler.pause();
-      await waitFor(() => crawler.inFlight() === 0, { timeoutMs: 60_000, intervalMs: 10, failure: 'the flood did not end' });
+      await waitFor(() => crawler.inFlight() === 0, { timeoutMs: patience(60_000), intervalMs: 10, failure: 'the flood did not end' });
       expect(beside.filter((answer) => answer.status !== 200 || answer.agentId !== agentId)).toEqual([]);
       // 200 a second of a document of about 160 KB is past the 4 MiB a second it may take.
       const statuses = crawler.statuses();

@@ -3,7 +3,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newApiKey, testDatabase } from '../support/data.js';
 import { startTestService, type TestService } from '../support/service.js';
-import { waitFor } from '../support/wait.js';
+import { patience, waitFor } from '../support/wait.js';
 
 const db = testDatabase();
 const key = newApiKey();
@@ -197,7 +197,7 @@ describe("the side doors are closed, whatever the caller's search_path", () => {
     // could commit first and leave the race untested); the disable then sees the campaign and pauses it.
     const disabling = svc.setStatus(key, agentId, false);
     await waitFor(async () => (await db.changeCount(agentId)) === 1 && (await db.pendingDisable(agentId)) !== undefined, {
-      timeoutMs: 10_000,
+      timeoutMs: patience(10_000),
       intervalMs: 10,
       failure: 'the disable was never recorded while the insert was open',
     });
