@@ -9,8 +9,13 @@ import { waitFor } from '../support/wait.js';
 import { partnerCall, type Receiver, type ReceiverAnswer, receiverSet, servedAfterStart } from '../support/webhook-receiver.js';
 
 // docs/interfaces.md §14 (the 2026-11-28 additions): one network's webhooks cost another nothing.
-// Each reproduction of the review measures network B alone, then beside network A's attack, in
-// the same run, and holds B's p99 within 1.5 times its p99 alone.
+// Each reproduction of the review holds network A's attack under way (its name server's queries
+// held unanswered, its endpoints' requests hanging, with time-outs longer than the test looks)
+// and checks that network B's work is done beside it: every request of B answered, every delivery
+// of B made, while not one of A's lookups or attempts ended or began. B waiting behind A, or
+// sharing an allowance A has used up, would leave B's work undone until A's ended, and the case
+// fails. How much slower B is beside A than alone is a benchmark's figure (the `webhook-isolation`
+// phase of `npm run bench`), not a test's.
 const db = testDatabase();
 let svc: TestService;
 let dns: DnsServer;
@@ -21,8 +26,8 @@ const keyB = newApiKey();
 const receivers = receiverSet();
 /** A network's deliveries waiting at most, in this file. */
 const maxPending = 300;
-/** How much slower B may be beside A than alone, at the 99th percentile. */
-const allowedRatio = 1.5;
+/** A network's attempts under way at once (WEBHOOK_NETWORK_MAX_IN_FLIGHT's default). */
+const networkInFlight = 8;
 
 beforeAll(async () => {
   dns = await startDnsServer();
@@ -36,13 +41,14 @@ beforeAll(async () => {
       WEBHOOK_ALLOW_HTTP: 'true',
       WEBHOOK_ALLOWED_CIDRS: '127.0.0.1/32',
       WEBHOOK_DNS_SERVERS: dns.server,
-      WEBHOOK_DNS_TIMEOUT_MS: '500',
+      // The longest a query may wait and an attempt may take: A's stay under way while B is looked at.
+      WEBHOOK_DNS_TIMEOUT_MS: '10000',
+      WEBHOOK_TIMEOUT_MS: '60000',
       WEBHOOK_RETRY_SCHEDULE: '1,1,1,1',
       WEBHOOK_POLL_INTERVAL_MS: '100',
-      WEBHOOK_TIMEOUT_MS: '5000',
       WEBHOOK_NETWORK_MAX_PENDING: String(maxPending),
       RATE_LIMIT_MAX: '0',
-      // B's requests are measured, not shed: a start-up's event-loop spike on a busy machine must not 503 them.
+      // A start-up's event-loop spike on a busy machine must not shed B's requests.
       OVERLOAD_MAX_EVENT_LOOP_DELAY_MS: '60000',
     },
   });
@@ -50,6 +56,8 @@ beforeAll(async () => {
 });
 
 afterEach(async () => {
+  // A's lookups and attempts end at once: its names answer with no address, its endpoints close.
+  dns.release();
   await receivers.closeAll();
   await db.pool.query('DELETE FROM webhook_deliveries');
   for (const key of [keyA, keyB]) {
@@ -80,42 +88,34 @@ function event(networkId: string): DeliverableEvent {
   return { id, networkId, type: 'agent.disabled', body: JSON.stringify({ id, data: { networkId } }) };
 }
 
-/** The 99th percentile (nearest rank). */
-function p99(samples: number[]): number {
-  const sorted = [...samples].sort((a, b) => a - b);
-  return sorted[Math.max(0, Math.ceil(sorted.length * 0.99) - 1)]!;
-}
-
-/** How long `work` takes, `times` times in a row. */
-async function timings(times: number, work: () => Promise<unknown>): Promise<number[]> {
-  const samples: number[] = [];
-  for (let i = 0; i < times; i += 1) {
-    const started = performance.now();
-    await work();
-    samples.push(performance.now() - started);
-  }
-  return samples;
-}
-
-function expectUnaffected(what: string, alone: number[], beside: number[]) {
-  const [a, b] = [p99(alone), p99(beside)];
-  console.info(`${what}: B's p99 alone ${a.toFixed(1)} ms, beside A ${b.toFixed(1)} ms (${(b / a).toFixed(2)}x)`);
-  expect(b, `${what}: p99 alone ${a.toFixed(1)} ms, beside A ${b.toFixed(1)} ms`).toBeLessThanOrEqual(a * allowedRatio);
-}
-
 /** A counter's value, on the service's registry. */
 async function counter(name: string): Promise<number> {
   return Number(/ (\d+)$/.exec(await svc.service.metrics.registry.getSingleMetricAsString(name))?.[1] ?? 0);
 }
 
-/** B's delivery lag: from its event's enqueue to its arrival at B's endpoint. */
-function deliveryLag(hook: Receiver) {
+/** A network's deliveries claimed by the sender (attempts under way) and the attempts it has finished. */
+async function inFlight(networkId: string): Promise<{ leased: number; attempted: number }> {
+  const { rows } = await db.pool.query(
+    `SELECT count(*) FILTER (WHERE claim_token IS NOT NULL)::int AS leased, coalesce(sum(attempts), 0)::int AS attempted
+     FROM webhook_deliveries WHERE network_id = $1`,
+    [networkId],
+  );
+  return rows[0];
+}
+
+/** One delivery of B: its event enqueued, then its arrival at B's endpoint awaited. */
+function deliverToB(hook: Pick<Receiver, 'received'>) {
   return async () => {
     const before = hook.received.length;
     expect(await svc.service.webhookDeliveries.enqueue([event(networkB)])).toBe(1);
     svc.service.webhookSender.nudge();
     await waitFor(() => hook.received.length > before, { timeoutMs: 20_000, intervalMs: 2, failure: "B's delivery did not arrive" });
   };
+}
+
+/** Runs `work` `times` times in a row. */
+async function repeat(times: number, work: () => Promise<unknown>): Promise<void> {
+  for (let i = 0; i < times; i += 1) await work();
 }
 
 /** Runs `loops` copies of `work` over and over until stopped. */
@@ -131,114 +131,123 @@ function keepBusy(loops: number, work: (loop: number, round: number) => Promise<
 }
 
 describe('names that never resolve', () => {
-  // A ratio of latencies on a shared machine: the retries guard against another process's burst only.
-  it("A registering names that never resolve leaves B's requests as fast as alone", { retry: 2 }, async () => {
+  it("A registering names that never resolve leaves B's requests answered beside its lookups", async () => {
+    dns.hold();
     const agentB = await db.agent(networkB);
     await db.campaigns(agentB, 2);
     dns.set('hooks.partner-b.example', '8.8.4.4');
     const bRound = async () => {
-      const samples = [
-        ...(await timings(1, () => call('GET', `/partner/agents/${agentB}/status`, keyB))),
-        ...(await timings(1, () => svc.setStatus(keyB, agentB, false))),
-        ...(await timings(1, () => svc.setStatus(keyB, agentB, true))),
-      ];
-      const started = performance.now();
+      expect((await call('GET', `/partner/agents/${agentB}/status`, keyB)).statusCode).toBe(200);
+      for (const enabled of [false, true]) {
+        const changed = await svc.setStatus(keyB, agentB, enabled);
+        expect(changed.statusCode, changed.body).toBe(200);
+      }
       const made = await register(keyB, 'https://hooks.partner-b.example/agent-status');
-      samples.push(performance.now() - started);
-      await call('DELETE', `/partner/webhook-endpoints/${made.id}`, keyB);
-      return samples;
+      expect((await call('DELETE', `/partner/webhook-endpoints/${made.id}`, keyB)).statusCode).toBe(204);
     };
-    await bRound(); // warm
     const answers = new Map<number, number>();
-    const attack = () =>
-      keepBusy(8, async (loop, round) => {
-        const response = await call('POST', '/partner/webhook-endpoints', keyA, {
-          url: `https://n${loop}-${round}.never.partner-a.example/`,
-        });
-        answers.set(response.statusCode, (answers.get(response.statusCode) ?? 0) + 1);
-        if (response.statusCode === 400) expect(response.json().detail).toBe(unreachableUrl);
-        // Refused at once while 4 are under way: the attacker tries again a moment later.
-        if (response.statusCode === 429) await new Promise((resolve) => setTimeout(resolve, 250));
+    const stop = keepBusy(8, async (loop, round) => {
+      const response = await call('POST', '/partner/webhook-endpoints', keyA, {
+        url: `https://n${loop}-${round}.never.partner-a.example/`,
       });
-    // Alone and beside in turns, so that the busy machine's drift weighs on both alike.
-    const alone: number[] = [];
-    const beside: number[] = [];
-    for (let turn = 0; turn < 4; turn += 1) {
-      for (let i = 0; i < 20; i += 1) alone.push(...(await bRound()));
-      const unanswered = dns.unanswered;
-      const stop = attack();
-      await waitFor(() => dns.unanswered - unanswered >= 8, { timeoutMs: 10_000, intervalMs: 10, failure: 'A resolved nothing' });
-      for (let i = 0; i < 20; i += 1) beside.push(...(await bRound()));
-      await stop();
+      answers.set(response.statusCode, (answers.get(response.statusCode) ?? 0) + 1);
+      if (response.statusCode === 400) expect(response.json().detail).toBe(unreachableUrl);
+      // Refused at once while 4 are under way: the attacker tries again a moment later.
+      if (response.statusCode === 429) await new Promise((resolve) => setTimeout(resolve, 50));
+    });
+    try {
+      // A's 4 lookups (WEBHOOK_DNS_LOOKUPS_PER_NETWORK), an A and an AAAA query each, held; its other registrations refused.
+      await waitFor(() => dns.held >= 8 && (answers.get(429) ?? 0) > 0, {
+        timeoutMs: 10_000,
+        intervalMs: 10,
+        failure: () => `A's lookups under way: ${dns.held} queries held, answers ${JSON.stringify([...answers])}`,
+      });
+      const [queriesOfA, heldOfA] = [dns.unanswered, dns.held];
+      await repeat(5, bRound);
+      // B's requests, its own lookups among them, were answered while A's lookups stayed under way:
+      // none of A's ended (a query timed out would be asked again, a slot freed taken by another).
+      expect([dns.unanswered, dns.held]).toEqual([queriesOfA, heldOfA]);
+      expect(answers.get(201)).toBeUndefined();
+      expect(answers.get(400)).toBeUndefined();
+    } finally {
+      const stopped = stop();
+      dns.release();
+      await stopped;
     }
-    expect(answers.get(201)).toBeUndefined();
-    // A had its 4 lookups under way, and more of its registrations were refused at once.
-    expect(answers.get(429)).toBeGreaterThan(0);
-    expect(await counter('webhook_dns_lookups_refused_total')).toBeGreaterThan(0);
+    // Released, A's lookups ended with no address: its registrations were refused as unreachable.
     expect(answers.get(400)).toBeGreaterThan(0);
-    expectUnaffected('requests beside never-resolving registrations', alone, beside);
+    expect(answers.get(201)).toBeUndefined();
+    expect(await counter('webhook_dns_lookups_refused_total')).toBeGreaterThan(0);
   });
 
-  // A ratio of latencies on a shared machine: the retries guard against another process's burst only.
-  it("A's endpoint names that stopped answering leave B's deliveries as fast as alone", { retry: 2 }, async () => {
+  it("A's endpoint names that stopped answering leave B's deliveries made beside A's attempts", async () => {
+    dns.hold();
     const hookA = await receiver();
     const hookB = await receiver();
     for (const i of [1, 2, 3]) dns.set(`a${i}.partner-a.example`, '127.0.0.1');
     dns.set('b.partner-b.example', '127.0.0.1');
     for (const i of [1, 2, 3]) await register(keyA, `http://a${i}.partner-a.example:${hookA.port}/hook`);
     await register(keyB, `http://b.partner-b.example:${hookB.port}/hook`);
-    const lag = deliveryLag(hookB);
-    await lag();
-    const alone = await timings(150, lag);
+    const toB = deliverToB(hookB);
+    await toB();
 
     for (const i of [1, 2, 3]) dns.forget(`a${i}.partner-a.example`);
-    const unanswered = dns.unanswered;
     await svc.service.webhookDeliveries.enqueue(Array.from({ length: 60 }, () => event(networkA)));
     svc.service.webhookSender.nudge();
-    await waitFor(() => dns.unanswered - unanswered >= 4, { timeoutMs: 10_000, intervalMs: 10, failure: "A's names were not looked up" });
-    const beside = await timings(150, lag);
+    // A's attempts, as many as its network may have under way, each waiting for its name.
+    let state = { leased: 0, attempted: 0 };
+    await waitFor(
+      async () => {
+        state = await inFlight(networkA);
+        return state.leased === networkInFlight && dns.held >= networkInFlight;
+      },
+      { timeoutMs: 10_000, intervalMs: 10, failure: () => `A's attempts ${JSON.stringify(state)}, queries held ${dns.held}` },
+    );
+    const queriesOfA = dns.unanswered;
+    await repeat(30, toB);
+    // B's 30 deliveries were made while A's attempts stayed under way: none ended, none began.
+    expect(await inFlight(networkA)).toEqual({ leased: networkInFlight, attempted: 0 });
+    expect(dns.unanswered).toBe(queriesOfA);
     expect(hookA.received).toHaveLength(0);
-    expectUnaffected('deliveries beside never-resolving endpoint names', alone, beside);
   });
 });
 
 describe("slow endpoints on another network's host", () => {
-  // A ratio of latencies on a shared machine: the retries guard against another process's burst only.
-  it("A's hanging endpoints on B's host leave B's deliveries as fast as alone", { retry: 2 }, async () => {
+  it("A's hanging endpoints on B's host leave B's deliveries made beside them", async () => {
     // One host routes tenants by path, as integration platforms do: A's paths never answer.
     const shared = await receiver({ byPath: (path): ReceiverAnswer => (path.startsWith('/a/') ? 'hang' : 200) });
     for (let i = 0; i < 6; i += 1) await register(keyA, `http://127.0.0.1:${shared.port}/a/${i}`);
     await register(keyB, `http://127.0.0.1:${shared.port}/b`);
-    const lag = deliveryLag({
+    const toB = deliverToB({
       get received() {
         return shared.received.filter((r) => r.path === '/b');
       },
-    } as Receiver);
-    await lag();
-    const alone = await timings(150, lag);
+    });
+    await toB();
 
     await svc.service.webhookDeliveries.enqueue(Array.from({ length: 40 }, () => event(networkA)));
     svc.service.webhookSender.nudge();
-    await waitFor(() => shared.hanging >= 6, { timeoutMs: 10_000, intervalMs: 10, failure: "A's attempts did not reach the host" });
-    const beside = await timings(150, lag);
-    // A's attempts were all still hanging: B's went out beside them, not after them.
-    expect(shared.received.filter((r) => r.path.startsWith('/a/')).length).toBe(shared.hanging);
-    expectUnaffected('deliveries on a host shared with hanging endpoints', alone, beside);
+    await waitFor(() => shared.hanging >= networkInFlight, {
+      timeoutMs: 10_000,
+      intervalMs: 10,
+      failure: "A's attempts did not reach the host",
+    });
+    await repeat(30, toB);
+    // A's attempts were all still hanging, none finished and none more began: B's went out beside them, not after them.
+    expect(shared.hanging).toBe(networkInFlight);
+    expect(shared.received.filter((r) => r.path.startsWith('/a/'))).toHaveLength(networkInFlight);
+    expect(await inFlight(networkA)).toEqual({ leased: networkInFlight, attempted: 0 });
   });
 });
 
 describe('a flood of deliveries', () => {
-  // A ratio of latencies on a shared machine: the retries guard against another process's burst only.
-  it("A's flood towards endpoints that never answer stays within its bound and leaves B's deliveries as fast as alone", {
-    retry: 2,
-  }, async () => {
+  it("A's flood towards endpoints that never answer stays within its bounds and leaves B's deliveries made beside it", async () => {
     const hangs = await receiver({ otherwise: 'hang' });
     const hookB = await receiver();
     for (let i = 0; i < 3; i += 1) await register(keyA, `${hangs.url}/${i}`);
     await register(keyB, hookB.url);
-    const lag = deliveryLag(hookB);
-    await lag();
-    const alone = await timings(150, lag);
+    const toB = deliverToB(hookB);
+    await toB();
 
     const dropped = () => counter('webhook_deliveries_dropped_total');
     const droppedBefore = await dropped();
@@ -247,20 +256,24 @@ describe('a flood of deliveries', () => {
     for (let batch = 0; batch < 30; batch += 1) {
       made += await svc.service.webhookDeliveries.enqueue(Array.from({ length: 100 }, () => event(networkA)));
     }
-    const beside: number[] = [];
-    for (let i = 0; i < 40; i += 1) {
+    svc.service.webhookSender.nudge();
+    await waitFor(() => hangs.hanging >= networkInFlight, { timeoutMs: 10_000, intervalMs: 10, failure: "A's attempts did not start" });
+    for (let i = 0; i < 30; i += 1) {
       await svc.service.webhookDeliveries.enqueue(Array.from({ length: 20 }, () => event(networkA)));
-      beside.push(...(await timings(1, lag)));
+      await toB();
     }
     const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM webhook_deliveries WHERE network_id = $1 AND state = 'pending'", [
       networkA,
     ]);
     expect(made).toBeLessThanOrEqual(maxPending);
     expect(rows[0].n).toBeLessThanOrEqual(maxPending);
-    expect((await dropped()) - droppedBefore).toBeGreaterThanOrEqual(9_000 + 40 * 60 - maxPending);
-    // A's three hanging endpoints could take 12 attempts at once: its bound of 8 held the rest back.
+    expect((await dropped()) - droppedBefore).toBeGreaterThanOrEqual(9_000 + 30 * 60 - maxPending);
+    // A's three endpoints could take 12 attempts at once: its bound of 8 held the rest back, and
+    // B's 30 deliveries went out while those 8 hung, none of them ended and none more began.
     expect(await counter('webhook_network_in_flight_bound_total')).toBeGreaterThan(0);
-    expectUnaffected('deliveries beside a flood of deliveries', alone, beside);
+    expect(hangs.hanging).toBe(networkInFlight);
+    expect(hangs.received).toHaveLength(networkInFlight);
+    expect(await inFlight(networkA)).toEqual({ leased: networkInFlight, attempted: 0 });
   });
 
   it("the relay's batches hold the bound too: a network at its bound gets no deliveries from a relayed batch, counted as dropped", async () => {

@@ -3,9 +3,11 @@ import { once } from 'node:events';
 
 /**
  * A name server on 127.0.0.1 (UDP) for the webhook resolver (WEBHOOK_DNS_SERVERS): it answers the
- * A queries of the names it was given, an empty answer to their other queries, and never answers
- * any other name (a partner's name server that does not answer). Answers have a TTL of 0: nothing
- * is cached, each lookup asks again.
+ * A queries of the names it was given, an empty answer to their other queries, and holds every
+ * query of any other name unanswered (a partner's name server that does not answer) until
+ * `release`, which answers them, and those that come later, with no address. A test can thus keep
+ * lookups under way for as long as it looks, and end them when it is done. Answers have a TTL of 0:
+ * nothing is cached, each lookup asks again.
  */
 export type DnsServer = Awaited<ReturnType<typeof startDnsServer>>;
 
@@ -13,6 +15,8 @@ export async function startDnsServer() {
   const names = new Map<string, string>();
   let queries = 0;
   let unanswered = 0;
+  let holding = true;
+  const held: Array<{ query: Buffer; end: number; port: number; address: string }> = [];
   const socket = createSocket('udp4');
   socket.on('message', (message, peer) => {
     queries += 1;
@@ -21,6 +25,8 @@ export async function startDnsServer() {
     const address = names.get(question.name.toLowerCase());
     if (address === undefined) {
       unanswered += 1;
+      if (holding) held.push({ query: message, end: question.end, port: peer.port, address: peer.address });
+      else socket.send(answer(message, question.end, undefined), peer.port, peer.address);
       return;
     }
     socket.send(answer(message, question.end, question.type === 1 ? address : undefined), peer.port, peer.address);
@@ -42,10 +48,25 @@ export async function startDnsServer() {
     get queries() {
       return queries;
     },
+    /** Queries of unknown names received, held or since answered by `release`. */
     get unanswered() {
       return unanswered;
     },
+    /** Queries of unknown names held unanswered now. */
+    get held() {
+      return held.length;
+    },
+    /** Answers the queries held, and from now on unknown names at once, with no address. */
+    release() {
+      holding = false;
+      for (const { query, end, port, address } of held.splice(0)) socket.send(answer(query, end, undefined), port, address);
+    },
+    /** Holds the queries of unknown names again (as at the start). */
+    hold() {
+      holding = true;
+    },
     async close() {
+      held.length = 0;
       socket.close();
       await once(socket, 'close');
     },
