@@ -22,6 +22,7 @@ import type { FloodFigures } from './phases/flood.js';
 import type { OpenApiFloodFigures } from './phases/openapi.js';
 import type { PreferFigures } from './phases/prefer.js';
 import type { StatementCost } from './phases/statements.js';
+import type { WebhookIsolationFigures } from './phases/webhook-isolation.js';
 import type { WebhookFigures } from './phases/webhooks.js';
 import { type Child, pinLoadGenerator, pinning, root, startPinned, tail } from './processes.js';
 import { describeMachine, type Machine } from './report.js';
@@ -79,6 +80,8 @@ export interface Results {
   events?: EventFigures;
   /** Partner webhooks (phases/webhooks.ts). */
   webhooks?: WebhookFigures;
+  /** Network B's webhooks and requests alone and beside network A's attacks (phases/webhook-isolation.ts). */
+  webhookIsolation?: WebhookIsolationFigures;
   /** Bulk status changes (phases/bulk.ts). */
   bulk?: BulkFigures;
   /** The enable beside 50 event streams of the partner events feed (phases/feed.ts). */

@@ -20,6 +20,7 @@ export const phases = [
   'statements',
   'events',
   'webhooks',
+  'webhook-isolation',
   'bulk',
   'feed',
 ] as const;

@@ -167,6 +167,27 @@ export function tableRows(results: Results, plan: Plan): Row[] {
       detail: `p50 ${w.completionP50Ms} ms`,
     });
   }
+  if (results.webhookIsolation) {
+    const w = results.webhookIsolation;
+    for (const [figure, pair, detail] of [
+      ["webhooks: B's delivery lag beside A's endpoints whose names stopped answering: p99", w.namesDeliveries, ''],
+      ["webhooks: B's delivery lag beside A's flooded endpoints that never answer, on B's host: p99", w.hangingDeliveries, ''],
+      [
+        "webhooks: B's requests beside A registering names that never resolve, 8 at a time: p99",
+        w.namesRegistrations,
+        `; A refused at once ${w.namesRegistrations.refusedAtOnce} times`,
+      ],
+    ] as const) {
+      candidates.push({
+        figure,
+        value: pair.beside.p99Ms,
+        unit: 'ms',
+        detail: `p50 ${pair.beside.p50Ms} ms (alone ${pair.alone.p50Ms} ms); ${pair.beside.samples} samples a side, ${w.rounds} alternated rounds${detail}`,
+        floor: { figure: 'alone', value: pair.alone.p99Ms },
+        target: { of: 'ratio', op: '<=', limit: 1.5 },
+      });
+    }
+  }
   if (results.flood) {
     const { alone, sheddingOff, sheddingOn } = results.flood;
     const rate = `${partnerRate} req/s`;

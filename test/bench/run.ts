@@ -34,6 +34,7 @@ import { overTheLimit } from './phases/rate-limited.js';
 import { statementCosts } from './phases/statements.js';
 import { sampledEnable, tracedEnable } from './phases/tracing.js';
 import { unknownKeys } from './phases/unauthorized.js';
+import { webhookIsolationPhase } from './phases/webhook-isolation.js';
 import { webhooksPhase } from './phases/webhooks.js';
 import { memoryOf, root } from './processes.js';
 import { renderTable, verdictOf, writeResults } from './report.js';
@@ -102,6 +103,7 @@ if (up) {
 if (selected('events')) await phase(ctx, 'events', () => eventsPhase(ctx));
 // After the main service stopped: its sender may not reach the receiver on 127.0.0.1.
 if (selected('webhooks')) await webhooksPhase(ctx);
+if (selected('webhook-isolation')) await webhookIsolationPhase(ctx);
 // A service of its own, after the main one stopped: only its own streams and load on the machine.
 if (selected('feed')) await feedPhase(ctx);
 
@@ -127,6 +129,7 @@ const written = writeResults(join(root, 'test/bench/results'), quick || only !==
   statements: results.statements,
   events: results.events,
   webhooks: results.webhooks,
+  webhookIsolation: results.webhookIsolation,
   feed: results.feed,
   processes: results.processes,
   tracingExport: results.exported,

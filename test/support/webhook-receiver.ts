@@ -59,6 +59,11 @@ export async function startReceiver(
   server.listen(0, host);
   await once(server, 'listening');
   const { port } = server.address() as { port: number };
+  /** Ends the requests left hanging: their connections are cut, as by an endpoint that gave up. */
+  const endHanging = () => {
+    for (const response of hanging) response.destroy();
+    hanging.clear();
+  };
   return {
     url: `http://${host}:${port}/hook`,
     port,
@@ -73,8 +78,9 @@ export async function startReceiver(
     answerWith(answer: ReceiverAnswer) {
       otherwise = answer;
     },
+    endHanging,
     async close() {
-      for (const response of hanging) response.destroy();
+      endHanging();
       server.closeAllConnections();
       server.close();
       await once(server, 'close');
