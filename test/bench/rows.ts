@@ -182,7 +182,7 @@ export function tableRows(results: Results, plan: Plan): Row[] {
         figure,
         value: pair.beside.p99Ms,
         unit: 'ms',
-        detail: `p50 ${pair.beside.p50Ms} ms (alone ${pair.alone.p50Ms} ms); ${pair.beside.samples} samples a side, ${w.rounds} alternated rounds${detail}`,
+        detail: `p50 ${pair.beside.p50Ms} ms (alone ${pair.alone.p50Ms} ms); ${pair.beside.samples} samples a side, ${w.rounds} alternated round${w.rounds === 1 ? '' : 's'}${detail}`,
         floor: { figure: 'alone', value: pair.alone.p99Ms },
         target: { of: 'ratio', op: '<=', limit: 1.5 },
       });
