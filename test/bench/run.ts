@@ -126,6 +126,8 @@ const written = writeResults(join(root, 'test/bench/results'), quick || only !==
   fairness: results.fairness,
   bulk: results.bulk,
   flood: results.flood,
+  prefer: results.prefer,
+  openApiFlood: results.openApiFlood,
   statements: results.statements,
   events: results.events,
   webhooks: results.webhooks,
