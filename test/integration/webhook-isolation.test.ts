@@ -194,12 +194,13 @@ describe('names that never resolve', () => {
     for (const i of [1, 2, 3]) dns.forget(`a${i}.partner-a.example`);
     await svc.service.webhookDeliveries.enqueue(Array.from({ length: 60 }, () => event(networkA)));
     svc.service.webhookSender.nudge();
-    // A's attempts, as many as its network may have under way, each waiting for its name.
+    // A's attempts, as many as its network may have under way, each on a connection of its own
+    // waiting for its name (an A and an AAAA query).
     let state = { leased: 0, attempted: 0 };
     await waitFor(
       async () => {
         state = await inFlight(networkA);
-        return state.leased === networkInFlight && dns.held >= networkInFlight;
+        return state.leased === networkInFlight && dns.held === 2 * networkInFlight;
       },
       { timeoutMs: 10_000, intervalMs: 10, failure: () => `A's attempts ${JSON.stringify(state)}, queries held ${dns.held}` },
     );
