@@ -89,7 +89,7 @@ export async function webhookIsolationPhase(ctx: BenchContext): Promise<void> {
     const [a, b] = [ctx.disablers[9]!, ctx.disablers[10]!];
     await resetSimulator(ctx);
     const dns = await startDnsServer();
-    const hookB = await startReceiver({ answers: [], otherwise: 204 });
+    const hookB = await startReceiver({ otherwise: 204 });
     // One host for the second attack: A's paths never answer, B's answer at once.
     const shared = await startReceiver({ byPath: (path) => (path.startsWith('/a/') ? 'hang' : 204) });
     const service = await startService(ctx, 'webhook-isolation', {
