@@ -19,23 +19,35 @@ const ephemeralLow = (() => {
   }
 })();
 
+/** The ports this process has drawn: none is drawn twice. */
+const drawn = new Set<number>();
+
 /**
  * A port free to listen on, for a server a test starts. Drawn at random below the kernel's
  * ephemeral range: a port from listen(0) comes from that range, where every outgoing connection of
  * every process takes its local port, so beside a second test suite one was taken between this
  * check and the server's bind (EADDRINUSE, a chaos replica that never started). Below the range
- * only another test's random draw can collide, one chance in ten thousand.
+ * only another random draw can collide, one chance in ten thousand, and never one of this process:
+ * two draws in a row, a service's port and its metrics port, are still both free until the service
+ * binds them, and the bench once drew the same port twice (EADDRINUSE on the metrics port).
  */
 export async function freePort(): Promise<number> {
   for (let attempt = 0; attempt < 20; attempt += 1) {
     const port = randomInt(ephemeralLow - 10_000, ephemeralLow);
-    if (await portIsFree(port)) return port;
+    if (!drawn.has(port) && (await portIsFree(port))) return take(port);
   }
-  const server = createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as { port: number };
-  server.close();
+  for (;;) {
+    const server = createServer();
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const { port } = server.address() as { port: number };
+    server.close();
+    if (!drawn.has(port)) return take(port);
+  }
+}
+
+function take(port: number): number {
+  drawn.add(port);
   return port;
 }
 
