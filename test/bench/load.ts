@@ -3,6 +3,11 @@
 // and no request may fail or time out, in the warm-up as in the measurement.
 import autocannon from 'autocannon';
 
+/** The `p`th percentile of ascending `sorted` (nearest rank); 0 when there is none. */
+export function percentile(sorted: readonly number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? 0;
+}
+
 export interface LoadFigure {
   requestsPerSecond: number;
   p50Ms: number;

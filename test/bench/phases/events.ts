@@ -11,6 +11,7 @@ import { connect } from '@nats-io/transport-node';
 import { startNatsServer } from '../../support/nats-server.js';
 import type { BenchContext } from '../context.js';
 import { phase, startService, stop } from '../context.js';
+import { percentile } from '../load.js';
 import { measureEnable } from './enable.js';
 import { floor } from './floors.js';
 
@@ -43,8 +44,6 @@ function cpuSecondsOf(pid: number | undefined): number {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
-
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? 0;
 
 /** Every message of the stream: the acknowledgement time (ms) and the event's commit time (ms). */
 async function readStream(url: string): Promise<Array<{ ackedAt: number; committedAt: number }>> {

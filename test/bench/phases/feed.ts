@@ -8,6 +8,7 @@
 import { openStream, readAllPages } from '../../support/event-feed-client.js';
 import type { BenchContext } from '../context.js';
 import { phase, startService, stop } from '../context.js';
+import { percentile } from '../load.js';
 import { measureEnable } from './enable.js';
 
 export interface FeedFigures {
@@ -21,7 +22,6 @@ export interface FeedFigures {
 }
 
 const streamCount = 50;
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? 0;
 
 /** Commit time of an event in ms, with its microseconds (Date.parse keeps milliseconds). */
 function committedAt(time: string): number {

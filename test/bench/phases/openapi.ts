@@ -11,7 +11,7 @@ import autocannon from 'autocannon';
 import { startFloodProcess } from '../../support/flood-process.js';
 import { waitFor } from '../../support/wait.js';
 import type { BenchContext, Service } from '../context.js';
-import type { LoadFigure } from '../load.js';
+import { type LoadFigure, percentile } from '../load.js';
 import { partnerRate } from './flood.js';
 
 const partnerConnections = 4;
@@ -71,7 +71,7 @@ class Side {
 
   figure(): LoadFigure {
     const sorted = [...this.times].sort((x, y) => x - y);
-    const at = (q: number) => Math.round((sorted[Math.max(0, Math.ceil(sorted.length * q) - 1)] ?? 0) * 10) / 10;
+    const at = (q: number) => Math.round(percentile(sorted, q * 100) * 10) / 10;
     return {
       requestsPerSecond: Math.round(sorted.length / Math.max(this.seconds, 0.001)),
       p50Ms: at(0.5),

@@ -20,6 +20,7 @@ import { waitFor } from '../../support/wait.js';
 import { startReceiver } from '../../support/webhook-receiver.js';
 import type { BenchContext, Partner } from '../context.js';
 import { phase, resetSimulator, seedAgents, startService, stop } from '../context.js';
+import { percentile } from '../load.js';
 
 export interface IsolationSide {
   p50Ms: number;
@@ -41,7 +42,7 @@ const eventTypes = ['agent.disabled', 'agent.enabled'];
 
 function side(samples: number[]): IsolationSide {
   const sorted = [...samples].sort((x, y) => x - y);
-  const at = (q: number) => Math.round((sorted[Math.max(0, Math.ceil(sorted.length * q) - 1)] ?? 0) * 10) / 10;
+  const at = (q: number) => Math.round(percentile(sorted, q * 100) * 10) / 10;
   return { p50Ms: at(0.5), p99Ms: at(0.99), samples: sorted.length };
 }
 
@@ -140,8 +141,9 @@ export async function webhookIsolationPhase(ctx: BenchContext): Promise<void> {
            FROM webhook_endpoints e, generate_series(1, $2::int) WHERE e.network_id = $1`,
           [a.networkId, count],
         );
+      const deleteADeliveries = () => ctx.db.query('DELETE FROM webhook_deliveries WHERE network_id = $1', [a.networkId]);
       const clearA = async () => {
-        await ctx.db.query('DELETE FROM webhook_deliveries WHERE network_id = $1', [a.networkId]);
+        await deleteADeliveries();
         await ctx.db.query('DELETE FROM webhook_endpoints WHERE network_id = $1', [a.networkId]);
       };
 
@@ -162,7 +164,7 @@ export async function webhookIsolationPhase(ctx: BenchContext): Promise<void> {
         },
         // A's deliveries gone and its lookups answered (no address): its attempts end at once.
         stop: async () => {
-          await ctx.db.query('DELETE FROM webhook_deliveries WHERE network_id = $1', [a.networkId]);
+          await deleteADeliveries();
           dns.release();
         },
       });
@@ -179,7 +181,7 @@ export async function webhookIsolationPhase(ctx: BenchContext): Promise<void> {
           await waitFor(() => shared.hanging >= 8, { timeoutMs: 20_000, intervalMs: 5, failure: "A's attempts did not reach the host" });
         },
         stop: async () => {
-          await ctx.db.query('DELETE FROM webhook_deliveries WHERE network_id = $1', [a.networkId]);
+          await deleteADeliveries();
           shared.endHanging();
         },
       });
@@ -190,14 +192,14 @@ export async function webhookIsolationPhase(ctx: BenchContext): Promise<void> {
       dns.set('hooks.partner-b.example', '127.0.0.1');
       const requestTimes = async () => {
         const samples: number[] = [];
+        const timed = async (method: string, path: string, body: unknown, expected: number) => {
+          const started = performance.now();
+          const answer = await partnerCall(origin, b, method, path, body);
+          samples.push(performance.now() - started);
+          if (answer.status !== expected) throw new Error(`B's ${method} ${path} answered ${answer.status}: ${answer.body}`);
+          return answer;
+        };
         for (let i = 0; i < Math.ceil(perSide / 4); i += 1) {
-          const timed = async (method: string, path: string, body: unknown, expected: number) => {
-            const started = performance.now();
-            const answer = await partnerCall(origin, b, method, path, body);
-            samples.push(performance.now() - started);
-            if (answer.status !== expected) throw new Error(`B's ${method} ${path} answered ${answer.status}: ${answer.body}`);
-            return answer;
-          };
           await timed('GET', `/partner/agents/${encodeURIComponent(agentB!)}/status`, undefined, 200);
           for (const next of [false, true]) await timed('POST', '/partner/agents/status', { agentId: agentB, enabled: next }, 200);
           const made = await timed('POST', '/partner/webhook-endpoints', { url: `http://hooks.partner-b.example:${hookB.port}/hook` }, 201);
@@ -209,7 +211,6 @@ export async function webhookIsolationPhase(ctx: BenchContext): Promise<void> {
           );
           if (deleted.status !== 204) throw new Error(`deleting B's endpoint answered ${deleted.status}`);
         }
-        enabled = true;
         return samples;
       };
       const answersOfA = new Map<number, number>();

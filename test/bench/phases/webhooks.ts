@@ -7,6 +7,7 @@ import { once } from 'node:events';
 import { createServer } from 'node:http';
 import type { BenchContext, Partner } from '../context.js';
 import { phase, seedAgents, startService, stop } from '../context.js';
+import { percentile } from '../load.js';
 
 export interface WebhookFigures {
   deliveries: number;
@@ -60,8 +61,6 @@ async function until(check: () => boolean, timeoutMs: number, what: () => string
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
-
-const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 
 export async function webhooksPhase(ctx: BenchContext): Promise<void> {
   await phase(ctx, 'webhooks', async () => {
